@@ -1,0 +1,45 @@
+# Everything a newcomer needs: `make demo` and `make test` build .venv from uv.lock first.
+PY ?= python3
+UV_VERSION := 0.13.9
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+BIN := $(VENV)/bin
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+
+.PHONY: setup proto test lint check demo bench fixtures clean
+
+$(UV):
+	$(PY) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.synced: uv.lock pyproject.toml hatch_build.py tools/gen_proto.py $(wildcard proto/attest_otel/v1/*.proto) | $(UV)
+	$(UV) sync --frozen --python $(PY)
+	touch $@
+
+setup: $(VENV)/.synced
+
+proto: setup
+	$(BIN)/python tools/gen_proto.py
+
+lint: setup
+	$(BIN)/ruff check attest_otel tests bench
+	$(BIN)/mypy --strict attest_otel
+
+test: setup lint
+	$(BIN)/pytest -q
+
+demo: setup
+	@echo "== attest run files (examples/runs.jsonl) =="
+	-@$(BIN)/attest-otel tools examples/runs.jsonl
+
+bench: setup
+	$(BIN)/python bench/bench_grade.py
+
+fixtures:
+	tests/fixtures/gen/run.sh
+	tests/fixtures/gen/vercel/run.sh
+
+clean:
+	rm -rf $(VENV) $(TOOLS) attest_otel/_proto .pytest_cache .mypy_cache .ruff_cache

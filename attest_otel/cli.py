@@ -1,0 +1,134 @@
+"""The `attest-otel` command: thin click wrappers over the grader, adapters and exporters.
+
+Every error a user can cause ends here as one line on stderr and an exit code (2 for usage
+and input, 1 when something was graded and failed or could not be exported); imports of
+heavy packages (anthropic, grpc, the OTel SDK) happen inside the commands that need them,
+so `attest-otel --help` and `tools` start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from attest_otel.errors import AttestOtelError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"attest-otel: error: {message}", err=True)
+    sys.exit(code)
+
+
+class _Group(click.Group):
+    """Turns our own errors into one line and an exit code, whatever command raised them."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AttestOtelError as e:
+            _fail(str(e), e.exit_code)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as e:
+            if os.environ.get("ATTEST_OTEL_DEBUG"):
+                raise
+            _fail(
+                f"internal error: {type(e).__name__}: {e} (set ATTEST_OTEL_DEBUG=1 for details)", 3
+            )
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="attest-otel")
+def main() -> None:
+    """Grade AI-agent tool use, from attest run files or OpenTelemetry traces."""
+
+
+def _model_options(f: F) -> F:
+    f = click.option(
+        "--model", help="Model for the checks (default: $ATTEST_OTEL_MODEL or claude-haiku-4-5)."
+    )(f)
+    f = click.option(
+        "--check-answer",
+        is_flag=True,
+        help="Read final answers of unrecovered errors with a model.",
+    )(f)
+    f = click.option(
+        "--appropriate",
+        is_flag=True,
+        help="Also ask a model whether each tool was a reasonable choice.",
+    )(f)
+    return f
+
+
+def _json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(f)
+
+
+def _print_runs(runs: Sequence[Any], results: Sequence[Any], as_json: bool) -> None:
+    from attest_otel import render
+
+    if as_json:
+        out = [
+            {"task": run.task, "result": r.to_dict()} for run, r in zip(runs, results, strict=True)
+        ]
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    for i, (run, result) in enumerate(zip(runs, results, strict=True), start=1):
+        click.echo(render.run_block(f"run {i}/{len(runs)}", run, result))
+        click.echo()
+    click.echo(render.totals(results))
+
+
+def _exit_for(results: Sequence[Any]) -> None:
+    if any(not r.passed for r in results):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("file", type=click.Path(path_type=Path))
+@_model_options
+@_json_option
+def tools(
+    file: Path, appropriate: bool, check_answer: bool, model: str | None, as_json: bool
+) -> None:
+    """Grade the tool use of the runs in FILE (.json: one run; .jsonl: one per line)."""
+    from attest_otel.grade import grader
+    from attest_otel.model import read_runs
+
+    runs = read_runs(file)
+    judge = grader.judge_for_tool_use(asked=appropriate or check_answer, model=model)
+    results = [grader.grade(run, judge=judge, appropriate=appropriate) for run in runs]
+    _print_runs(runs, results, as_json)
+    _exit_for(results)
+
+
+@main.command()
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--model", help="Model for the checks (default: $ATTEST_OTEL_MODEL or claude-haiku-4-5)."
+)
+@_json_option
+def run(file: Path, model: str | None, as_json: bool) -> None:
+    """Run every check on the runs in FILE; model checks whenever ANTHROPIC_API_KEY is set."""
+    from attest_otel.grade import grader, llm
+    from attest_otel.model import read_runs
+
+    runs = read_runs(file)
+    judge = llm.judge_from_env(model)
+    results = [grader.grade(r, judge=judge) for r in runs]
+    _print_runs(runs, results, as_json)
+    _exit_for(results)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

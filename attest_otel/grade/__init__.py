@@ -1,0 +1,1 @@
+"""Runs -> findings: the tool-use rules (pure), the model checks, and the grader."""

@@ -1,0 +1,311 @@
+"""The run and the result, as attest writes them: plain dataclasses and their JSON.
+
+Everything downstream of the adapters speaks these types, so the rules never see a span and
+the exporters never see a file. Reading is strict about the types of the fields attest
+defines (a wrong type is an input error naming the field) and lenient about extra keys, since
+attest's own run files may carry fields this grader does not use.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attest_otel.errors import InputError
+
+JSONValue = Any
+"""Any value `json.loads` can return."""
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One call of a tool.
+
+    `output_captured` is False when the trace carried no result at all (content capture off,
+    redacted): the output is then unknown rather than empty, and only `is_error` decides.
+    `error_text` is what to show for an error when the output is not the error (the span's
+    status description or exception event).
+    """
+
+    name: str
+    arguments: JSONValue = None
+    output: JSONValue = None
+    is_error: bool | None = None
+    output_captured: bool = True
+    error_text: str | None = None
+    span_id: str | None = None
+    call_id: str | None = None
+
+
+@dataclass(slots=True)
+class Step:
+    tool_call: ToolCall | None = None
+    thought: str | None = None
+
+
+@dataclass(slots=True)
+class Run:
+    """attest's run.json, plus where the run came from when it was rebuilt from spans.
+
+    `allowed_tools` None allows every tool; an empty list allows none. `tool_definitions`
+    are the tools the model was offered (from spans); the tool-choice check reads them, or
+    `system_prompt` when there are none.
+    """
+
+    task: str = ""
+    steps: list[Step] = field(default_factory=list)
+    final_answer: str | None = None
+    system_prompt: str | None = None
+    allowed_tools: list[str] | None = None
+    tool_fallbacks: dict[str, list[str]] = field(default_factory=dict)
+    tool_definitions: list[dict[str, Any]] = field(default_factory=list)
+    agent: str | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
+
+    @property
+    def tool_calls(self) -> list[tuple[int, ToolCall]]:
+        """(step index, call) of each step with a call; thought-only steps keep their index."""
+        return [(i, s.tool_call) for i, s in enumerate(self.steps) if s.tool_call is not None]
+
+
+@dataclass(slots=True)
+class Finding:
+    severity: str
+    verdict: str
+    subject: str
+    reason: str
+    evidence: str | None
+    step: int
+    metadata: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "severity": self.severity,
+            "verdict": self.verdict,
+            "subject": self.subject,
+            "reason": self.reason,
+            "evidence": self.evidence,
+            "step": self.step,
+            "metadata": dict(self.metadata),
+        }
+
+
+@dataclass(slots=True)
+class CheckResult:
+    check: str
+    passed: bool
+    verdict: str
+    score: float
+    summary: str
+    findings: list[Finding]
+    metadata: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "passed": self.passed,
+            "verdict": self.verdict,
+            "score": self.score,
+            "summary": self.summary,
+            "findings": [f.to_dict() for f in self.findings],
+            "metadata": dict(self.metadata),
+        }
+
+
+def output_text(output: JSONValue) -> str:
+    """The text the error test and every display use: strings as they are, other JSON compact.
+
+    An absent or null output counts as empty: the tool gave nothing back.
+    """
+    if output is None:
+        return ""
+    if isinstance(output, str):
+        return output
+    return json.dumps(output, separators=(",", ":"), ensure_ascii=False)
+
+
+# --- reading attest's run files ------------------------------------------------------------
+
+
+class _Field:
+    """Reads one object's fields with their JSON path, so a wrong type names where it is."""
+
+    def __init__(self, obj: Mapping[str, Any], path: str) -> None:
+        self.obj = obj
+        self.path = path
+
+    def _fail(self, key: str, want: str) -> InputError:
+        return _TypeProblem(f"{self.path}{key}: expected {want}, got {_json_type(self.obj[key])}")
+
+    def str_(self, key: str, *, required: bool = False) -> str | None:
+        value = self.obj.get(key)
+        if value is None:
+            if required:
+                raise _TypeProblem(f"{self.path}{key}: required string is missing")
+            return None
+        if not isinstance(value, str):
+            raise self._fail(key, "a string")
+        return value
+
+    def bool_(self, key: str) -> bool | None:
+        value = self.obj.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, bool):
+            raise self._fail(key, "true, false or null")
+        return value
+
+    def str_list(self, key: str) -> list[str] | None:
+        value = self.obj.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._fail(key, "a list of strings")
+        return list(value)
+
+    def obj_list(self, key: str) -> list[Any]:
+        value = self.obj.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self._fail(key, "a list")
+        return value
+
+
+class _TypeProblem(InputError):
+    """A problem found inside one run; the reader adds the file and line."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("", problem)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def run_from_dict(data: Any) -> Run:
+    """One run from attest's JSON object; raises InputError naming the field that is wrong."""
+    if not isinstance(data, dict):
+        raise _TypeProblem(f"a run must be a JSON object, got {_json_type(data)}")
+    f = _Field(data, "")
+    steps: list[Step] = []
+    for i, raw in enumerate(f.obj_list("steps")):
+        if not isinstance(raw, dict):
+            raise _TypeProblem(f"steps[{i}]: expected an object, got {_json_type(raw)}")
+        sf = _Field(raw, f"steps[{i}].")
+        call = None
+        raw_call = raw.get("tool_call")
+        if raw_call is not None:
+            if not isinstance(raw_call, dict):
+                raise _TypeProblem(
+                    f"steps[{i}].tool_call: expected an object, got {_json_type(raw_call)}"
+                )
+            cf = _Field(raw_call, f"steps[{i}].tool_call.")
+            call = ToolCall(
+                name=cf.str_("name", required=True) or "",
+                arguments=raw_call.get("arguments"),
+                output=raw_call.get("output"),
+                is_error=cf.bool_("is_error"),
+            )
+        steps.append(Step(tool_call=call, thought=sf.str_("thought")))
+    fallbacks_raw = data.get("tool_fallbacks")
+    fallbacks: dict[str, list[str]] = {}
+    if fallbacks_raw is not None:
+        if not isinstance(fallbacks_raw, dict):
+            raise f._fail("tool_fallbacks", "an object of tool name to a list of tool names")
+        ff = _Field(fallbacks_raw, "tool_fallbacks.")
+        for tool in fallbacks_raw:
+            fallbacks[tool] = ff.str_list(tool) or []
+    return Run(
+        task=f.str_("task") or "",
+        system_prompt=f.str_("system_prompt"),
+        allowed_tools=f.str_list("allowed_tools"),
+        tool_fallbacks=fallbacks,
+        steps=steps,
+        final_answer=f.str_("final_answer"),
+    )
+
+
+def run_to_dict(run: Run) -> dict[str, Any]:
+    """attest's run.json for a run (adapter-only fields left out, so attest reads it back)."""
+    steps = []
+    for step in run.steps:
+        out: dict[str, Any] = {}
+        if step.thought is not None:
+            out["thought"] = step.thought
+        if step.tool_call is not None:
+            c = step.tool_call
+            call: dict[str, Any] = {"name": c.name, "arguments": c.arguments, "output": c.output}
+            if c.is_error is not None:
+                call["is_error"] = c.is_error
+            out["tool_call"] = call
+        steps.append(out)
+    return {
+        "task": run.task,
+        "system_prompt": run.system_prompt,
+        "allowed_tools": run.allowed_tools,
+        "tool_fallbacks": run.tool_fallbacks,
+        "steps": steps,
+        "final_answer": run.final_answer,
+    }
+
+
+def _located(err: InputError, source: str, line: int | None) -> InputError:
+    return InputError(source, err.problem, line=line)
+
+
+def iter_runs(path: str | Path) -> Iterator[Run]:
+    """The runs of a `.json` file (one run) or a `.jsonl` file (one run per non-blank line)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(str(p), "no such file") from None
+    except IsADirectoryError:
+        raise InputError(str(p), "is a directory, not a run file") from None
+    except UnicodeDecodeError as e:
+        raise InputError(str(p), f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise InputError(str(p), e.strerror or str(e)) from None
+    if p.suffix == ".jsonl":
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(
+                    str(p), f"not valid JSON ({e.msg} at column {e.colno})", line=lineno
+                ) from None
+            try:
+                yield run_from_dict(data)
+            except InputError as e:
+                raise _located(e, str(p), lineno) from None
+        return
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(str(p), f"not valid JSON ({e.msg})", line=e.lineno) from None
+    try:
+        yield run_from_dict(data)
+    except InputError as e:
+        raise _located(e, str(p), None) from None
+
+
+def read_runs(path: str | Path) -> list[Run]:
+    """All runs of a file, validated before any is graded, so a bad line fails fast."""
+    return list(iter_runs(path))

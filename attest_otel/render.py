@@ -1,0 +1,70 @@
+"""Human-readable grades for a terminal: a failing call has to stand out at a glance.
+
+Plain text with optional colour; the CLI decides whether colour is on (a terminal) or off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import click
+
+from attest_otel.model import CheckResult, Finding, Run
+
+_MARK = {"pass": "✓", "warn": "?", "fail": "✗"}
+_COLOUR = {"pass": "green", "warn": "yellow", "fail": "red"}
+_HEADLINE = {"pass": "PASS", "review": "REVIEW", "fail": "FAIL"}
+_HEADLINE_COLOUR = {"pass": "green", "review": "yellow", "fail": "red"}
+
+
+def one_line(text: str | None, width: int = 90) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def headline(result: CheckResult) -> str:
+    label = click.style(
+        f"{_HEADLINE[result.verdict]:<6}", fg=_HEADLINE_COLOUR[result.verdict], bold=True
+    )
+    correct = sum(f.verdict == "correct" for f in result.findings)
+    return f"{label} score {result.score:.2f} ({correct}/{len(result.findings)} calls correct)"
+
+
+def finding_line(finding: Finding, *, indent: str = "  ") -> str:
+    mark = click.style(_MARK[finding.severity], fg=_COLOUR[finding.severity], bold=True)
+    verdict = click.style(finding.verdict, fg=_COLOUR[finding.severity])
+    extra = ""
+    recovery = finding.metadata.get("recovery")
+    if recovery:
+        at = finding.metadata.get("recovered_at")
+        extra = f" [{recovery}{f' at step {at}' if at is not None else ''}]"
+    line = f"{indent}{mark} step {finding.step:<2} {finding.subject:<24} {verdict}{extra}"
+    if finding.severity != "pass":
+        line += "\n" + indent + "    " + one_line(finding.reason, 110)
+        if finding.evidence:
+            line += "\n" + indent + "    evidence: " + one_line(finding.evidence, 100)
+    return line
+
+
+def run_block(title: str, run: Run, result: CheckResult, *, indent: str = "") -> str:
+    lines = [f"{indent}{title}  {headline(result)}"]
+    if run.task:
+        lines.append(f"{indent}  task: {one_line(run.task)}")
+    if result.findings:
+        sequence = " -> ".join(f.subject for f in result.findings)
+        lines.append(f"{indent}  sequence: {one_line(sequence, 110)}")
+        lines.extend(finding_line(f, indent=indent + "  ") for f in result.findings)
+    else:
+        lines.append(f"{indent}  no tool calls")
+    return "\n".join(lines)
+
+
+def totals(results: Sequence[CheckResult]) -> str:
+    passed = sum(r.verdict == "pass" for r in results)
+    review = sum(r.verdict == "review" for r in results)
+    failed = sum(r.verdict == "fail" for r in results)
+    parts = [f"{len(results)} run{'s' if len(results) != 1 else ''}", f"{passed} passed"]
+    if review:
+        parts.append(f"{review} to review")
+    parts.append(f"{failed} failed")
+    return ", ".join(parts)
