@@ -7,6 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
+# Bytecode at install time: this environment sets PYTHONDONTWRITEBYTECODE, so nothing caches later.
+export UV_COMPILE_BYTECODE := 1
 
 .PHONY: setup proto test lint check demo bench fixtures clean
 
