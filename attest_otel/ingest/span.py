@@ -37,7 +37,7 @@ class Span:
     resource: dict[str, Any] = field(default_factory=dict)
     scope_name: str = ""
     scope_version: str = ""
-    source: Any = None
+    source: Any = field(default=None, repr=False, compare=False)
     """Where the span came from (e.g. the protobuf Span), so export can annotate it in place."""
 
     @property

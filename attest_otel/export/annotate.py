@@ -1,0 +1,119 @@
+"""Findings written into the protobuf spans the sidecar still holds, before it forwards them.
+
+The sidecar keeps received `opentelemetry.proto.trace.v1.trace_pb2.Span` messages as its
+buffer and re-serialises them (re-encoding through the SDK is ~6x slower, see
+pipeline.md), so the grade is added by mutating those messages in place: one
+`gen_ai.evaluation.result` event per graded span, and the same `attest.*` values as span
+attributes, because Jaeger's tag search and TraceQL's `span.` scope only see attributes.
+
+Annotating twice (a late span re-graded the trace) replaces the previous grade instead
+of piling up events and stale attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from attest_otel import semconv
+from attest_otel.export.results import AttrValue, evaluations
+from attest_otel.model import CheckResult, Run
+
+__all__ = ["annotate_spans", "any_value"]
+
+_OWNED_KEYS = frozenset(
+    {
+        semconv.ATTEST_VERDICT,
+        semconv.ATTEST_SEVERITY,
+        semconv.ATTEST_STEP,
+        semconv.ATTEST_RECOVERY,
+        semconv.ATTEST_RECOVERED_AT,
+        semconv.ATTEST_ALLOWED,
+        semconv.ATTEST_APPROPRIATE,
+        semconv.ATTEST_TOOL_USE_SCORE,
+        semconv.ATTEST_TOOL_USE_VERDICT,
+        semconv.ATTEST_TOOL_USE_CALLS,
+        semconv.ATTEST_TOOL_USE_FAILED_CALLS,
+    }
+)
+"""Span attributes a grade owns: removed before a new grade writes its own, so a value that
+became null (say, a recovery) does not survive from the previous grade."""
+
+
+def any_value(value: AttrValue) -> AnyValue:
+    """An OTLP AnyValue; bool is tested before int because bool is an int in Python."""
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    return AnyValue(string_value=str(value))
+
+
+def _key_values(attributes: Mapping[str, AttrValue]) -> list[KeyValue]:
+    return [KeyValue(key=k, value=any_value(v)) for k, v in attributes.items()]
+
+
+def _is_our_event(event: Any) -> bool:
+    if event.name != semconv.GEN_AI_EVALUATION_RESULT:
+        return False
+    return any(
+        kv.key == semconv.GEN_AI_EVALUATION_NAME
+        and kv.value.string_value == semconv.EVALUATION_NAME_TOOL_USE
+        for kv in event.attributes
+    )
+
+
+def _clear_previous_grade(span: Any) -> None:
+    # Deleting by index, from the back, keeps the other messages in place: no copies, and
+    # no references into a container that has been cleared.
+    for i in reversed(range(len(span.attributes))):
+        if span.attributes[i].key in _OWNED_KEYS:
+            del span.attributes[i]
+    for i in reversed(range(len(span.events))):
+        if _is_our_event(span.events[i]):
+            del span.events[i]
+
+
+def annotate_spans(
+    spans_by_id: Mapping[str, Any],
+    run: Run,
+    result: CheckResult,
+    *,
+    now_ns: int,
+) -> int:
+    """Adds the grade of `run` to its spans in place; returns how many spans were changed.
+
+    Args:
+        spans_by_id: protobuf `Span` messages by lowercase hex span id (what
+            `Span.source` holds for spans decoded from protobuf). Spans not named by the
+            run are left alone; findings whose span is not in the mapping are skipped.
+        run: the run, for its agent span id and, as a fallback, its steps' span ids.
+        result: the graded result of `run`.
+        now_ns: event timestamp (Unix ns); passed in so tests and replays are stable.
+    """
+    touched: set[str] = set()
+    for evaluation in evaluations(run, result):
+        if evaluation.span_id is None:
+            continue
+        span = spans_by_id.get(evaluation.span_id)
+        if span is None:
+            continue
+        if evaluation.span_id not in touched:
+            _clear_previous_grade(span)
+            touched.add(evaluation.span_id)
+        existing = {kv.key: kv for kv in span.attributes}
+        for key, value in evaluation.span_attributes.items():
+            if key in existing:
+                existing[key].value.CopyFrom(any_value(value))
+            else:
+                span.attributes.add(key=key, value=any_value(value))
+        span.events.add(
+            time_unix_nano=now_ns,
+            name=semconv.GEN_AI_EVALUATION_RESULT,
+            attributes=_key_values(evaluation.event_attributes),
+        )
+    return len(touched)

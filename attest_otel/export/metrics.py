@@ -1,0 +1,152 @@
+"""Tool-use metrics: run scores, runs, calls and errors, with a cap on data-driven labels.
+
+Tool and agent names come from the traces we grade, i.e. from someone else's code: an
+agent that invents tool names (or a prompt injection that does it for it) must not be
+able to create unbounded time series. Each such label keeps its first `limit` distinct
+values; later ones are counted under `other`, and a warning says so once.
+
+Measurements are recorded inside a context whose current span is the graded span (marked
+sampled), so the SDK's default `trace_based` exemplar filter keeps them as exemplars and
+the OTLP exporter sends the trace id along: a dashboard can jump from a bad bucket to a
+trace. (`OTEL_METRICS_EXEMPLAR_FILTER=always_off` turns that off; the Prometheus exporter
+never emits exemplars.)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.trace import INVALID_SPAN, NonRecordingSpan
+
+from attest_otel import semconv
+from attest_otel.export.grade_span import remote_span_context
+from attest_otel.export.results import finding_span_id
+from attest_otel.model import CheckResult, Run
+
+__all__ = ["DEFAULT_LABEL_CAP", "LabelCap", "ToolUseMetrics", "metric_views"]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_LABEL_CAP = 100
+
+
+class LabelCap:
+    """Keeps at most `limit` distinct values per label key; the rest become `other`.
+
+    First come, first kept: a value once admitted stays, so an existing series never
+    changes name. Thread-safe, since the sidecar grades on several threads.
+    """
+
+    def __init__(self, limit: int = DEFAULT_LABEL_CAP) -> None:
+        if limit < 1:
+            raise ValueError(f"label cap must be at least 1, got {limit}")
+        self.limit = limit
+        self._seen: dict[str, set[str]] = {}
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, key: str, value: str) -> str:
+        with self._lock:
+            seen = self._seen.setdefault(key, set())
+            if value in seen:
+                return value
+            if len(seen) < self.limit:
+                seen.add(value)
+                return value
+            if key not in self._warned:
+                self._warned.add(key)
+                _log.warning(
+                    "more than %d distinct values of metric label %s; further values are "
+                    "counted as %r (raise the label cap to keep more)",
+                    self.limit,
+                    key,
+                    semconv.OTHER_LABEL_VALUE,
+                )
+        return semconv.OTHER_LABEL_VALUE
+
+    def values(self, key: str) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._seen.get(key, ()))
+
+
+def metric_views() -> list[View]:
+    """The views our MeterProvider needs: score buckets that fit a 0..1 ratio."""
+    return [
+        View(
+            instrument_name=semconv.METRIC_SCORE,
+            aggregation=ExplicitBucketHistogramAggregation(boundaries=semconv.METRIC_SCORE_BUCKETS),
+        )
+    ]
+
+
+def _span_context(trace_id: str | None, span_id: str | None) -> Context:
+    target = remote_span_context(trace_id, span_id)
+    return trace.set_span_in_context(NonRecordingSpan(target) if target else INVALID_SPAN)
+
+
+class ToolUseMetrics:
+    """The four instruments, and how one graded run is recorded on them."""
+
+    def __init__(self, meter: Meter, *, label_cap: int = DEFAULT_LABEL_CAP) -> None:
+        self.cap = LabelCap(label_cap)
+        self._score = meter.create_histogram(
+            semconv.METRIC_SCORE,
+            unit=semconv.METRIC_SCORE_UNIT,
+            description="Tool-use score of a graded run: correct calls / all calls.",
+            explicit_bucket_boundaries_advisory=list(semconv.METRIC_SCORE_BUCKETS),
+        )
+        self._runs = meter.create_counter(
+            semconv.METRIC_RUNS,
+            unit=semconv.METRIC_RUNS_UNIT,
+            description="Graded runs, by run verdict and agent.",
+        )
+        self._calls = meter.create_counter(
+            semconv.METRIC_CALLS,
+            unit=semconv.METRIC_CALLS_UNIT,
+            description="Graded tool calls, by verdict, severity, tool and agent.",
+        )
+        self._errors = meter.create_counter(
+            semconv.METRIC_ERRORS,
+            unit=semconv.METRIC_ERRORS_UNIT,
+            description="Tool calls that returned an error, by how the agent handled it.",
+        )
+
+    def _agent(self, run: Run) -> dict[str, str]:
+        if not run.agent:
+            return {}
+        return {semconv.GEN_AI_AGENT_NAME: self.cap(semconv.GEN_AI_AGENT_NAME, run.agent)}
+
+    def record(self, run: Run, result: CheckResult) -> None:
+        agent = self._agent(run)
+        run_context = _span_context(run.trace_id, run.span_id)
+        self._score.record(float(result.score), attributes=agent, context=run_context)
+        self._runs.add(
+            1,
+            attributes={semconv.ATTEST_TOOL_USE_VERDICT: result.verdict, **agent},
+            context=run_context,
+        )
+        for finding in result.findings:
+            tool = self.cap(semconv.GEN_AI_TOOL_NAME, finding.subject)
+            call_context = _span_context(run.trace_id, finding_span_id(run, finding) or run.span_id)
+            self._calls.add(
+                1,
+                attributes={
+                    semconv.ATTEST_VERDICT: finding.verdict,
+                    semconv.ATTEST_SEVERITY: finding.severity,
+                    semconv.GEN_AI_TOOL_NAME: tool,
+                    **agent,
+                },
+                context=call_context,
+            )
+            recovery = finding.metadata.get("recovery")
+            if isinstance(recovery, str):
+                self._errors.add(
+                    1,
+                    attributes={semconv.ATTEST_RECOVERY: recovery, semconv.GEN_AI_TOOL_NAME: tool},
+                    context=call_context,
+                )

@@ -1,0 +1,524 @@
+"""OTLP traces (and GenAI log events) from files, bytes and gRPC requests -> `Span`s.
+
+Inputs understood, detected from the bytes (never from a file name):
+
+- gzip (magic `1f 8b`, several members allowed), inflated with a bound (`max_inflated_bytes`);
+- binary protobuf: one `ExportTraceServiceRequest`, or a sequence of 4-byte big-endian
+  length-prefixed requests as the Collector's file exporter writes with `format: proto`.
+  A binary logs request (`ExportLogsServiceRequest`) is recognised too;
+- JSON: OTLP/JSON as the spec writes it *and* protobuf's JSON mapping, per value (see
+  `otlp_json`); one document, several concatenated documents (pretty-printed or not), or JSON
+  lines with one request per line as the Collector's file exporter writes (traces and logs
+  lines mixed; metrics and profiles lines skipped). A top-level array holds requests.
+
+Laziness. Every span seen becomes a `Span` in `Decoded.spans` (the run assembler needs the
+whole trace's parent links, through non-GenAI spans too), but only GenAI candidates
+(`candidate.is_genai_candidate`: name, attribute-key prefixes, scope) get attributes and events.
+The rest are *skeletons*: ids, parent, name, times, kind, status, resource, scope and `source`,
+with an empty attribute dict and event list. `is_skeleton(span)` tells them apart and
+`hydrate(span)` fills them in from `source` when someone does need them. Pass `lazy=False` to
+decode everything. Log records are kept only when they look GenAI (`candidate.is_genai_log`).
+
+Resource attributes are decoded once per resource; its spans share the same dict object (do not
+mutate it). `Span.source` is the protobuf `Span` for protobuf input and the raw dict for JSON.
+
+Errors are `InputError`s with one line: source, line (JSON) and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+
+from attest_otel.errors import InputError
+from attest_otel.ingest import otlp_json, otlp_proto
+from attest_otel.ingest.candidate import is_genai_candidate
+from attest_otel.ingest.otlp_common import MalformedOTLP
+from attest_otel.ingest.span import LogRecord, Span
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_INFLATED_BYTES = 256 * 1024 * 1024
+"""Gzip input that inflates beyond this is refused (a gzip bomb must not take the memory)."""
+
+CONTENT_TYPE_PROTOBUF = "application/x-protobuf"
+CONTENT_TYPE_JSON = "application/json"
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_WHITESPACE_BYTES = frozenset(b" \t\r\n")
+_JSON_WHITESPACE = " \t\r\n"
+_TRACE_KEYS = ("resourceSpans", "resource_spans")
+_LOG_KEYS = ("resourceLogs", "resource_logs")
+_SKIPPED_KEYS = ("resourceMetrics", "resource_metrics", "resourceProfiles", "resource_profiles")
+_decoder = json.JSONDecoder()
+
+__all__ = [
+    "CONTENT_TYPE_JSON",
+    "CONTENT_TYPE_PROTOBUF",
+    "DEFAULT_MAX_INFLATED_BYTES",
+    "Decoded",
+    "decode_bytes",
+    "decode_file",
+    "decode_request",
+    "hydrate",
+    "is_genai_candidate",
+    "is_skeleton",
+]
+
+
+@dataclass(slots=True)
+class Decoded:
+    """What one file, body or request held."""
+
+    spans: list[Span] = field(default_factory=list)
+    """Every span, in input order; non-GenAI ones as skeletons (see the module docstring)."""
+    logs: list[LogRecord] = field(default_factory=list)
+    """GenAI log records (event name or attribute keys look GenAI), in input order."""
+    span_count: int = 0
+    """All spans seen (equals `len(spans)`)."""
+    genai_span_count: int = 0
+    """Spans decoded in full because they may be GenAI."""
+    log_count: int = 0
+    """All log records seen, kept or not."""
+
+    def by_trace(self) -> dict[str, list[Span]]:
+        """Trace id (hex) -> its spans in input order; traces in order of first appearance."""
+        out: dict[str, list[Span]] = {}
+        for span in self.spans:
+            found = out.get(span.trace_id)
+            if found is None:
+                out[span.trace_id] = [span]
+            else:
+                found.append(span)
+        return out
+
+
+# -- public entry points ---------------------------------------------------------------------
+
+
+def decode_file(
+    path: str | PathLike[str],
+    *,
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    lazy: bool = True,
+) -> Decoded:
+    """Decode an OTLP file (protobuf or JSON, JSON lines, gzip or not: sniffed from the bytes)."""
+    source = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(source, f"cannot read: {exc.strerror or exc}") from None
+    return decode_bytes(data, source=source, max_inflated_bytes=max_inflated_bytes, lazy=lazy)
+
+
+def decode_bytes(
+    data: bytes,
+    content_type: str | None = None,
+    *,
+    source: str = "<bytes>",
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    lazy: bool = True,
+) -> Decoded:
+    """Decode an OTLP body. `content_type` ("application/x-protobuf" or "application/json",
+    parameters allowed) settles the encoding when known; otherwise, and for any other value,
+    it is sniffed: `{` or `[` first (after whitespace) -> JSON, else protobuf. Gzip is always
+    recognised by its magic bytes and inflated up to `max_inflated_bytes`. `source` names the
+    input in error messages."""
+    data = bytes(data)  # memoryview / bytearray from a receiver
+    if data[:2] == _GZIP_MAGIC:
+        data = _gunzip(data, source, max_inflated_bytes)
+    out = Decoded()
+    encoding = _encoding(content_type)
+    if encoding is None:
+        text = _sniff_json(data, source)
+        if text is None:
+            _decode_protobuf(data, source, out, lazy, sniffed=True)
+        else:
+            _decode_json(text, source, out, lazy)
+    elif encoding == "json":
+        _decode_json(_utf8(data, source), source, out, lazy)
+    else:
+        _decode_protobuf(data, source, out, lazy, sniffed=False)
+    return out
+
+
+def decode_request(
+    req: ExportTraceServiceRequest | ExportLogsServiceRequest,
+    *,
+    source: str = "<request>",
+    lazy: bool = True,
+) -> Decoded:
+    """Decode an already parsed request (the gRPC receiver's); logs requests are accepted too."""
+    out = Decoded()
+    try:
+        if isinstance(req, ExportLogsServiceRequest):
+            out.log_count, _ = otlp_proto.walk_logs(req, out.logs, lazy=lazy)
+        else:
+            out.span_count, out.genai_span_count = otlp_proto.walk_traces(req, out.spans, lazy=lazy)
+    except MalformedOTLP as exc:
+        raise InputError(source, str(exc)) from None
+    return out
+
+
+def is_skeleton(span: Span) -> bool:
+    """Whether `span` was decoded lazily and has attributes or events left in its `source`."""
+    if span.attributes or span.events:
+        return False
+    src = span.source
+    if isinstance(src, dict):
+        return bool(src.get("attributes") or src.get("events"))
+    if isinstance(src, PbSpan):
+        return bool(len(src.attributes) or len(src.events))
+    return False
+
+
+def hydrate(span: Span) -> Span:
+    """Fill a skeleton's attributes and events from its `source` (in place; returns it)."""
+    if not is_skeleton(span):
+        return span
+    src = span.source
+    try:
+        if isinstance(src, dict):
+            span.attributes = otlp_json.attributes(src.get("attributes"))
+            span.events = otlp_json.events(src)
+        else:
+            span.attributes = otlp_proto.attributes(src.attributes)
+            span.events = otlp_proto.events(src)
+    except MalformedOTLP as exc:
+        raise InputError(f"span {span.span_id}", str(exc)) from None
+    return span
+
+
+# -- gzip -------------------------------------------------------------------------------------
+
+
+def _gunzip(data: bytes, source: str, limit: int) -> bytes:
+    """Inflate every gzip member of `data`, refusing to produce more than `limit` bytes."""
+    parts: list[bytes] = []
+    total = 0
+    rest = data
+    while rest:
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            chunk = inflater.decompress(rest, limit - total + 1)
+        except zlib.error as exc:
+            raise InputError(source, f"invalid gzip data: {exc}") from None
+        total += len(chunk)
+        if total > limit:
+            raise InputError(
+                source, f"gzip data inflates to more than {limit} bytes (max_inflated_bytes)"
+            )
+        if not inflater.eof:
+            raise InputError(source, "truncated gzip data")
+        parts.append(chunk)
+        rest = inflater.unused_data
+        if rest[:2] != _GZIP_MAGIC:
+            if rest.strip(b"\x00"):
+                raise InputError(source, "unexpected bytes after the gzip data")
+            break
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+# -- JSON -------------------------------------------------------------------------------------
+
+
+def _encoding(content_type: str | None) -> str | None:
+    """The encoding a Content-Type header value names ("json" or "protobuf"), or None: sniff."""
+    if not content_type:
+        return None
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media in ("application/x-protobuf", "application/protobuf"):
+        return "protobuf"
+    if media == "application/json" or media.endswith("+json"):
+        return "json"
+    return None
+
+
+def _sniff_json(data: bytes, source: str) -> str | None:
+    """The text of `data` if it is JSON, else None (protobuf).
+
+    JSON starts with `{` or `[`, maybe after whitespace or a byte order mark. Every OTLP
+    protobuf request starts with 0x0A, a newline, so a leading newline alone proves nothing:
+    protobuf bytes (random ids) are practically never valid UTF-8, JSON always is.
+    """
+    pos, size = 0, len(data)
+    if data[:3] == b"\xef\xbb\xbf":
+        pos = 3
+    while pos < size and data[pos] in _WHITESPACE_BYTES:
+        pos += 1
+    if pos < size and data[pos] not in b"{[":
+        return None
+    if data[:1] == b"\n":
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        return text
+    return _utf8(data, source)
+
+
+def _utf8(data: bytes, source: str) -> str:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(source, f"not UTF-8 text (byte {exc.start})") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _decode_json(text: str, source: str, out: Decoded, lazy: bool) -> None:
+    for line, document in _json_documents(text, source):
+        if type(document) is list:
+            for item in document:
+                _json_request(item, source, line, out, lazy)
+        else:
+            _json_request(document, source, line, out, lazy)
+
+
+def _json_documents(text: str, source: str) -> Iterator[tuple[int | None, Any]]:
+    """(line, document) for each JSON document in `text`.
+
+    JSON lines (the first line is a whole document): one document per non-blank line, each
+    reported with its line number. Otherwise concatenated documents, each reported with the
+    line it starts on, or with no line when the text is one single document.
+    """
+    start = _skip_ws(text, 0)
+    if start == len(text):
+        return
+    newline = text.find("\n", start)
+    if newline != -1 and _skip_ws(text, newline) != len(text):
+        try:
+            first = json.loads(text[start:newline])
+        except json.JSONDecodeError:
+            pass
+        else:
+            first_line = text.count("\n", 0, start) + 1
+            yield first_line, first
+            yield from _json_lines(text, newline + 1, first_line + 1, source)
+            return
+    line = text.count("\n", 0, start) + 1
+    pos = start
+    while pos < len(text):
+        try:
+            document, end = _decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                source, f"invalid JSON at column {exc.colno}: {exc.msg}", line=exc.lineno
+            ) from None
+        after = _skip_ws(text, end)
+        only = pos == start and after == len(text)
+        yield (None if only else line), document
+        line += text.count("\n", pos, after)
+        pos = after
+
+
+def _json_lines(text: str, pos: int, line: int, source: str) -> Iterator[tuple[int | None, Any]]:
+    size = len(text)
+    while pos < size:
+        end = text.find("\n", pos)
+        if end == -1:
+            end = size
+        chunk = text[pos:end]
+        if chunk.strip():
+            try:
+                document = json.loads(chunk)
+            except json.JSONDecodeError as exc:
+                raise InputError(
+                    source, f"invalid JSON at column {exc.colno}: {exc.msg}", line=line
+                ) from None
+            yield line, document
+        pos = end + 1
+        line += 1
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    size = len(text)
+    while pos < size and text[pos] in _JSON_WHITESPACE:
+        pos += 1
+    return pos
+
+
+def _json_request(document: Any, source: str, line: int | None, out: Decoded, lazy: bool) -> None:
+    if type(document) is not dict:
+        raise InputError(
+            source,
+            f"not OTLP: expected a JSON object with resourceSpans, got {type(document).__name__}",
+            line=line,
+        )
+    try:
+        if _has_any(document, _TRACE_KEYS):
+            seen, genai = otlp_json.walk_traces(document, out.spans, lazy=lazy)
+            out.span_count += seen
+            out.genai_span_count += genai
+        elif _has_any(document, _LOG_KEYS):
+            seen, _ = otlp_json.walk_logs(document, out.logs, lazy=lazy)
+            out.log_count += seen
+        elif _has_any(document, _SKIPPED_KEYS):
+            logger.debug("%s: skipping a metrics/profiles request", source)
+        elif document:
+            keys = ", ".join(repr(k) for k in list(document)[:5])
+            raise InputError(
+                source, f"not OTLP: expected resourceSpans, got keys {keys}", line=line
+            )
+    except MalformedOTLP as exc:
+        raise InputError(source, str(exc), line=line) from None
+
+
+def _has_any(document: dict[str, Any], keys: tuple[str, ...]) -> bool:
+    return any(key in document for key in keys)
+
+
+# -- protobuf ---------------------------------------------------------------------------------
+
+
+def _decode_protobuf(data: bytes, source: str, out: Decoded, lazy: bool, *, sniffed: bool) -> None:
+    if not data:
+        return  # an empty request is a valid one
+    if data[0] != 0:  # a message starts with a field tag, never 0
+        _protobuf_message(data, source, "", out, lazy, sniffed)
+        return
+    # Length-prefixed messages (Collector file exporter, `format: proto`).
+    pos, index, size = 0, 0, len(data)
+    while pos < size:
+        index += 1
+        where = f"message {index} at byte {pos}: "
+        if size - pos < 4:
+            raise InputError(source, where + "truncated length prefix")
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        pos += 4
+        if length > size - pos:
+            raise InputError(
+                source,
+                where + f"truncated protobuf (needs {length} bytes, {size - pos} left)",
+            )
+        _protobuf_message(data[pos : pos + length], source, where, out, lazy, sniffed)
+        pos += length
+
+
+def _protobuf_message(
+    data: bytes, source: str, where: str, out: Decoded, lazy: bool, sniffed: bool
+) -> None:
+    try:
+        req = ExportTraceServiceRequest.FromString(data)
+    except DecodeError:
+        logs = _try_logs(data)
+        if logs is None:
+            raise InputError(source, where + _protobuf_problem(data, sniffed)) from None
+        _walk_proto_logs(logs, source, where, out, lazy)
+        return
+    if not req.resource_spans:
+        logs = _try_logs(data)
+        if logs is not None and logs.resource_logs:
+            _walk_proto_logs(logs, source, where, out, lazy)
+            return
+        raise InputError(
+            source,
+            where
+            + f"not OTLP: no resourceSpans in {len(data)} bytes of protobuf"
+            + _text_hint(data),
+        )
+    first = otlp_proto.first_span(req)
+    if first is not None and not first.trace_id and not first.name:
+        # Same field numbers as a logs request: a LogRecord read as a Span has no ids or name.
+        logs = _try_logs(data)
+        if logs is not None and _looks_like_logs(logs):
+            _walk_proto_logs(logs, source, where, out, lazy)
+            return
+    try:
+        seen, genai = otlp_proto.walk_traces(req, out.spans, lazy=lazy)
+    except MalformedOTLP as exc:
+        raise InputError(source, where + str(exc)) from None
+    out.span_count += seen
+    out.genai_span_count += genai
+
+
+def _try_logs(data: bytes) -> ExportLogsServiceRequest | None:
+    try:
+        req: ExportLogsServiceRequest = ExportLogsServiceRequest.FromString(data)
+    except DecodeError:
+        return None
+    return req
+
+
+def _looks_like_logs(req: ExportLogsServiceRequest) -> bool:
+    for rl in req.resource_logs:
+        for sl in rl.scope_logs:
+            for lr in sl.log_records:
+                return bool(lr.time_unix_nano or lr.observed_time_unix_nano or lr.HasField("body"))
+    return False
+
+
+def _walk_proto_logs(
+    req: ExportLogsServiceRequest, source: str, where: str, out: Decoded, lazy: bool
+) -> None:
+    try:
+        seen, _ = otlp_proto.walk_logs(req, out.logs, lazy=lazy)
+    except MalformedOTLP as exc:
+        raise InputError(source, where + str(exc)) from None
+    out.log_count += seen
+
+
+def _protobuf_problem(data: bytes, sniffed: bool) -> str:
+    """Why `data` is not a protobuf message, from its top-level wire format (error path only)."""
+    pos, size = 0, len(data)
+    while pos < size:
+        start = pos
+        tag, pos = _varint(data, pos)
+        if tag < 0:
+            return "truncated protobuf (field tag cut off)"
+        field_number, wire_type = tag >> 3, tag & 7
+        if field_number == 0 or wire_type in (3, 4, 6, 7):
+            hint = _text_hint(data) or f" (bad field tag at byte {start})"
+            what = "neither JSON nor protobuf" if sniffed else "not protobuf"
+            return f"not OTLP: {what}{hint}"
+        if wire_type == 0:
+            _, pos = _varint(data, pos)
+            if pos < 0:
+                return "truncated protobuf (varint cut off)"
+        elif wire_type == 1:
+            pos += 8
+        elif wire_type == 5:
+            pos += 4
+        else:
+            length, pos = _varint(data, pos)
+            if length < 0:
+                return "truncated protobuf (length cut off)"
+            if pos + length > size:
+                return (
+                    f"truncated protobuf (field {field_number} at byte {start} needs "
+                    f"{length} bytes, {size - pos} left)"
+                )
+            pos += length
+        if pos > size:
+            return "truncated protobuf (fixed-size field cut off)"
+    return "invalid protobuf: not an ExportTraceServiceRequest"
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """(value, next position), or (-1, -1) if the varint runs off the end."""
+    result = shift = 0
+    while pos < len(data) and shift < 70:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+    return -1, -1
+
+
+def _text_hint(data: bytes) -> str:
+    head = data[:40]
+    if head and all(32 <= b < 127 or b in (9, 10, 13) for b in head):
+        return f" (starts with {head.decode('ascii')!r})"
+    return ""

@@ -1,0 +1,357 @@
+"""Walk OTLP JSON (already `json.loads`-ed) into `Span`s and `LogRecord`s.
+
+Both JSON dialects are read, per value, without a mode switch:
+
+- OTLP/JSON as the OTLP spec writes it: hex ids, integer enums, lowerCamelCase keys, int64 as
+  decimal strings (numbers accepted too);
+- protobuf's own JSON mapping (`json_format.MessageToJson`): base64 ids, enum names
+  (`SPAN_KIND_SERVER`, `STATUS_CODE_ERROR`), and snake_case keys (`resource_spans`, `trace_id`),
+  which protobuf's parser accepts as well.
+
+Ids are told apart by length (hex and base64 never share one). A key is looked up as
+lowerCamelCase first, then as snake_case; an absent key and a proto3 default (0, "", [])
+mean the same thing, so `a or b` is a safe fallback for everything but `boolValue`.
+
+Non-GenAI spans become skeletons exactly as in `otlp_proto`; their `source` is the raw dict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attest_otel.ingest.candidate import (
+    GENAI_EVENT_PREFIXES,
+    KEY_PREFIXES_BY_FIRST_CHAR,
+    is_genai_key,
+    is_genai_name,
+    is_genai_scope,
+)
+from attest_otel.ingest.otlp_common import (
+    SPAN_ID_BYTES,
+    SPAN_KIND_NAMES,
+    STATUS_CODE_NAMES,
+    TRACE_ID_BYTES,
+    MalformedOTLP,
+    base64_to_bytes,
+    text_id_to_hex,
+)
+from attest_otel.ingest.span import Event, LogRecord, Span
+
+JsonObject = dict[str, Any]
+
+_STRING, _BOOL, _INT, _DOUBLE, _ARRAY, _KVLIST, _BYTES = range(7)
+_VALUE_KINDS: dict[str, int] = {
+    "stringValue": _STRING,
+    "string_value": _STRING,
+    "boolValue": _BOOL,
+    "bool_value": _BOOL,
+    "intValue": _INT,
+    "int_value": _INT,
+    "doubleValue": _DOUBLE,
+    "double_value": _DOUBLE,
+    "arrayValue": _ARRAY,
+    "array_value": _ARRAY,
+    "kvlistValue": _KVLIST,
+    "kvlist_value": _KVLIST,
+    "bytesValue": _BYTES,
+    "bytes_value": _BYTES,
+}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def any_value(value: Any) -> Any:
+    """An OTLP JSON AnyValue object -> str, bool, int, float, bytes, list, dict or None."""
+    if type(value) is not dict:
+        if value is None:
+            return None
+        raise MalformedOTLP(f"attribute value must be an object, got {_shown(value)}")
+    text = value.get("stringValue")
+    if type(text) is str:
+        return text
+    for key, item in value.items():
+        kind = _VALUE_KINDS.get(key)
+        if kind is None:
+            continue  # unknown fields are ignored (OTLP/JSON rule)
+        if kind == _STRING:
+            if type(item) is str:
+                return item
+        elif kind == _INT:
+            if type(item) is int:
+                return item
+            if type(item) is str:
+                try:
+                    return int(item)
+                except ValueError:
+                    pass
+            elif type(item) is float and item.is_integer():
+                return int(item)
+        elif kind == _DOUBLE:
+            if type(item) is float or type(item) is int or type(item) is str:
+                try:
+                    return float(item)
+                except ValueError:
+                    pass
+        elif kind == _BOOL:
+            if type(item) is bool:
+                return item
+        elif kind == _ARRAY:
+            if type(item) is dict:
+                return [any_value(v) for v in item.get("values") or ()]
+        elif kind == _KVLIST:
+            if type(item) is dict:
+                return attributes(item.get("values"))
+        elif kind == _BYTES and type(item) is str:
+            try:
+                return base64_to_bytes(item)
+            except ValueError:
+                pass
+        raise MalformedOTLP(f"bad {key}: {_shown(item)}")
+    return None  # {} is an empty AnyValue
+
+
+def attributes(kvs: Any) -> dict[str, Any]:
+    """A JSON list of {"key": k, "value": AnyValue} as a dict (a repeated key: the last wins)."""
+    if not kvs:
+        return {}
+    if type(kvs) is not list:
+        raise MalformedOTLP(f"attributes must be a list, got {_shown(kvs)}")
+    out: dict[str, Any] = {}
+    for kv in kvs:
+        if type(kv) is not dict or type(kv.get("key")) is not str:
+            raise MalformedOTLP(f'attribute must be {{"key": ..., "value": ...}}, got {_shown(kv)}')
+        out[kv["key"]] = any_value(kv.get("value"))
+    return out
+
+
+def events(span: JsonObject) -> list[Event]:
+    found = span.get("events")
+    if not found:
+        return []
+    if type(found) is not list:
+        raise MalformedOTLP(f"events must be a list, got {_shown(found)}")
+    out = []
+    for ev in found:
+        if type(ev) is not dict:
+            raise MalformedOTLP(f"event must be an object, got {_shown(ev)}")
+        out.append(
+            Event(
+                name=ev.get("name") or "",
+                time_ns=_int(ev.get("timeUnixNano") or ev.get("time_unix_nano") or 0, "time"),
+                attributes=attributes(ev.get("attributes")),
+            )
+        )
+    return out
+
+
+def _int(value: Any, what: str) -> int:
+    if type(value) is int:
+        return value
+    if type(value) is str:
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    elif type(value) is float and value.is_integer():
+        return int(value)
+    raise MalformedOTLP(f"{what} must be an integer, got {_shown(value)}")
+
+
+def _enum(value: Any, names: dict[str, int], what: str) -> int:
+    if type(value) is int:
+        return value
+    if type(value) is str:
+        found = names.get(value)
+        if found is not None:
+            return found
+        if value.isdigit():
+            return int(value)
+    raise MalformedOTLP(f"unknown {what} {_shown(value)}")
+
+
+def _list(obj: JsonObject, camel: str, snake: str, where: str) -> list[Any]:
+    found = obj.get(camel) or obj.get(snake)
+    if not found:
+        return []
+    if type(found) is not list:
+        raise MalformedOTLP(f"{camel} must be a list, got {_shown(found)}", where)
+    return found
+
+
+def _object(obj: Any, where: str) -> JsonObject:
+    if type(obj) is not dict:
+        raise MalformedOTLP(f"expected an object, got {_shown(obj)}", where)
+    return obj
+
+
+def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, int]:
+    """Append one `Span` per span in the request object to `out`; return (seen, GenAI)."""
+    seen = genai = 0
+    key_heads = KEY_PREFIXES_BY_FIRST_CHAR
+    trace_ids: dict[str, str] = {}  # raw -> hex; trace ids repeat across a request's spans
+    append = out.append
+    for i, rs in enumerate(_list(req, "resourceSpans", "resource_spans", "")):
+        where = f"resourceSpans[{i}]"
+        rs = _object(rs, where)
+        try:
+            resource = attributes(_object(rs.get("resource") or {}, where).get("attributes"))
+        except MalformedOTLP as exc:
+            exc.where = where + ".resource"
+            raise
+        scope_spans = _list(rs, "scopeSpans", "scope_spans", where) or _list(
+            rs, "instrumentationLibrarySpans", "instrumentation_library_spans", where
+        )
+        for j, ss in enumerate(scope_spans):
+            where = f"resourceSpans[{i}].scopeSpans[{j}]"
+            ss = _object(ss, where)
+            scope = _object(
+                ss.get("scope")
+                or ss.get("instrumentationLibrary")
+                or ss.get("instrumentation_library")
+                or {},
+                where + ".scope",
+            )
+            scope_name = scope.get("name") or ""
+            scope_version = scope.get("version") or ""
+            whole_scope = not lazy or is_genai_scope(scope_name)
+            for k, s in enumerate(_list(ss, "spans", "spans", where)):
+                try:
+                    if type(s) is not dict:
+                        raise MalformedOTLP(f"expected an object, got {_shown(s)}")
+                    name = s.get("name") or ""
+                    kvs = s.get("attributes") or ()
+                    full = whole_scope or is_genai_name(name)
+                    if not full:
+                        for kv in kvs:  # inlined `is_genai_key`: this loop is the hot path
+                            key = kv.get("key")
+                            if type(key) is not str:
+                                continue
+                            heads = key_heads.get(key[:1])
+                            if heads is not None and key.startswith(heads):
+                                full = True
+                                break
+                    raw = s.get("traceId") or s.get("trace_id")
+                    trace_id = trace_ids.get(raw) if type(raw) is str else None
+                    if trace_id is None:
+                        trace_id = text_id_to_hex(raw, TRACE_ID_BYTES, "trace id")
+                        trace_ids[str(raw)] = trace_id
+                    span_id = text_id_to_hex(
+                        s.get("spanId") or s.get("span_id"), SPAN_ID_BYTES, "span id"
+                    )
+                    raw = s.get("parentSpanId") or s.get("parent_span_id")
+                    parent_id = (
+                        text_id_to_hex(raw, SPAN_ID_BYTES, "parent span id") if raw else None
+                    )
+                    status = s.get("status")
+                    if status:
+                        if type(status) is not dict:
+                            raise MalformedOTLP(f"status must be an object, got {_shown(status)}")
+                        status_code = _enum(status.get("code") or 0, STATUS_CODE_NAMES, "status")
+                        status_message = status.get("message") or ""
+                    else:
+                        status_code, status_message = 0, ""
+                    kind = s.get("kind") or 0
+                    if type(kind) is not int:
+                        kind = _enum(kind, SPAN_KIND_NAMES, "span kind")
+                    start = s.get("startTimeUnixNano") or s.get("start_time_unix_nano") or 0
+                    end = s.get("endTimeUnixNano") or s.get("end_time_unix_nano") or 0
+                    span = Span(
+                        trace_id=trace_id,
+                        span_id=span_id,
+                        parent_id=parent_id,
+                        name=name,
+                        start_ns=start if type(start) is int else _int(start, "start time"),
+                        end_ns=end if type(end) is int else _int(end, "end time"),
+                        kind=kind,
+                        status_code=status_code,
+                        status_message=status_message,
+                        attributes=attributes(kvs) if full else {},
+                        events=events(s) if full else [],
+                        resource=resource,
+                        scope_name=scope_name,
+                        scope_version=scope_version,
+                        source=s,
+                    )
+                except MalformedOTLP as exc:
+                    exc.where = f"{where}.spans[{k}]"
+                    raise
+                except (AttributeError, TypeError, ValueError) as exc:
+                    raise MalformedOTLP(f"malformed span: {exc}", f"{where}.spans[{k}]") from None
+                seen += 1
+                if full:
+                    genai += 1
+                append(span)
+    return seen, genai
+
+
+def walk_logs(req: JsonObject, out: list[LogRecord], *, lazy: bool) -> tuple[int, int]:
+    """Append the GenAI log records of the request object to `out` (all if not `lazy`);
+    return (records seen, records kept)."""
+    seen = kept = 0
+    event_prefixes = GENAI_EVENT_PREFIXES
+    for i, rl in enumerate(_list(req, "resourceLogs", "resource_logs", "")):
+        where = f"resourceLogs[{i}]"
+        rl = _object(rl, where)
+        for j, sl in enumerate(_list(rl, "scopeLogs", "scope_logs", where)):
+            where = f"resourceLogs[{i}].scopeLogs[{j}]"
+            sl = _object(sl, where)
+            scope_name = _object(sl.get("scope") or {}, where + ".scope").get("name") or ""
+            whole_scope = not lazy or is_genai_scope(scope_name)
+            for k, lr in enumerate(_list(sl, "logRecords", "log_records", where)):
+                seen += 1
+                try:
+                    lr = _object(lr, "")
+                    event_name = lr.get("eventName") or lr.get("event_name") or ""
+                    kvs = lr.get("attributes") or ()
+                    keep = whole_scope or event_name.startswith(event_prefixes)
+                    if not keep:
+                        for kv in kvs:
+                            key = kv.get("key")
+                            if type(key) is not str:
+                                continue
+                            if is_genai_key(key):
+                                keep = True
+                                break
+                            if key == "event.name":
+                                named = any_value(kv.get("value"))
+                                if isinstance(named, str) and named.startswith(event_prefixes):
+                                    keep = True
+                                    break
+                    if not keep:
+                        continue
+                    raw = lr.get("traceId") or lr.get("trace_id")
+                    trace_id = text_id_to_hex(raw, TRACE_ID_BYTES, "trace id") if raw else ""
+                    raw = lr.get("spanId") or lr.get("span_id")
+                    span_id = text_id_to_hex(raw, SPAN_ID_BYTES, "span id") if raw else ""
+                    record_attributes = attributes(kvs)
+                    if not event_name:
+                        named = record_attributes.get("event.name")
+                        event_name = named if isinstance(named, str) else ""
+                    time = (
+                        lr.get("timeUnixNano")
+                        or lr.get("time_unix_nano")
+                        or lr.get("observedTimeUnixNano")
+                        or lr.get("observed_time_unix_nano")
+                        or 0
+                    )
+                    record = LogRecord(
+                        trace_id=trace_id,
+                        span_id=span_id,
+                        event_name=event_name,
+                        time_ns=_int(time, "time"),
+                        body=any_value(lr.get("body")),
+                        attributes=record_attributes,
+                    )
+                except MalformedOTLP as exc:
+                    exc.where = f"{where}.logRecords[{k}]"
+                    raise
+                except (AttributeError, TypeError, ValueError) as exc:
+                    raise MalformedOTLP(
+                        f"malformed log record: {exc}", f"{where}.logRecords[{k}]"
+                    ) from None
+                kept += 1
+                out.append(record)
+    return seen, kept

@@ -1,0 +1,201 @@
+"""Walk parsed OTLP protobuf messages (upb) into `Span`s and `LogRecord`s.
+
+upb parses a request without creating Python objects; every field read from Python costs.
+So the walk reads, per span, only ids, parent, name, times, kind and status, and the attribute
+*keys* until one marks the span as a GenAI candidate (`candidate.py`). Only candidates get an
+attribute dict and events; the rest become skeletons whose `source` (the protobuf Span) still
+holds everything, see `decode.hydrate`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+
+from attest_otel.ingest.candidate import (
+    GENAI_EVENT_PREFIXES,
+    KEY_PREFIXES_BY_FIRST_CHAR,
+    is_genai_key,
+    is_genai_name,
+    is_genai_scope,
+)
+from attest_otel.ingest.otlp_common import (
+    SPAN_ID_BYTES,
+    TRACE_ID_BYTES,
+    MalformedOTLP,
+    bytes_id_to_hex,
+)
+from attest_otel.ingest.span import Event, LogRecord, Span
+
+_SCALARS = frozenset({"bool_value", "int_value", "double_value", "bytes_value"})
+
+
+def any_value(value: AnyValue) -> Any:
+    """OTLP AnyValue -> str, bool, int, float, bytes, list, dict or None (empty value)."""
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which in _SCALARS:
+        return getattr(value, which)
+    if which == "array_value":
+        return [any_value(item) for item in value.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
+    return None  # unset, or `string_value_strindex` (profiles only)
+
+
+def attributes(kvs: Any) -> dict[str, Any]:
+    """A repeated KeyValue field as a dict (a repeated key: the last one wins)."""
+    return {kv.key: any_value(kv.value) for kv in kvs}
+
+
+def events(span: PbSpan) -> list[Event]:
+    return [
+        Event(name=ev.name, time_ns=ev.time_unix_nano, attributes=attributes(ev.attributes))
+        for ev in span.events
+    ]
+
+
+def walk_traces(req: ExportTraceServiceRequest, out: list[Span], *, lazy: bool) -> tuple[int, int]:
+    """Append one `Span` per span in `req` to `out`; return (spans seen, GenAI spans)."""
+    seen = genai = 0
+    key_heads = KEY_PREFIXES_BY_FIRST_CHAR
+    append = out.append
+    for i, rs in enumerate(req.resource_spans):
+        resource = attributes(rs.resource.attributes)  # one dict shared by all its spans
+        for j, ss in enumerate(rs.scope_spans):
+            scope = ss.scope
+            scope_name = scope.name
+            scope_version = scope.version
+            whole_scope = not lazy or is_genai_scope(scope_name)
+            for k, ps in enumerate(ss.spans):
+                name = ps.name
+                kvs = ps.attributes
+                full = whole_scope or is_genai_name(name)
+                if not full:
+                    for kv in kvs:  # inlined `is_genai_key`: this loop is the hot path
+                        key = kv.key
+                        heads = key_heads.get(key[:1])
+                        if heads is not None and key.startswith(heads):
+                            full = True
+                            break
+                trace_id = ps.trace_id
+                span_id = ps.span_id
+                parent = ps.parent_span_id
+                if (
+                    len(trace_id) != TRACE_ID_BYTES
+                    or len(span_id) != SPAN_ID_BYTES
+                    or (parent and len(parent) != SPAN_ID_BYTES)
+                ):
+                    _raise_bad_ids(ps, f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]")
+                status = ps.status
+                seen += 1
+                if full:
+                    genai += 1
+                    span_attributes = attributes(kvs)
+                    span_events = events(ps)
+                else:
+                    span_attributes = {}
+                    span_events = []
+                append(
+                    Span(
+                        trace_id=trace_id.hex(),
+                        span_id=span_id.hex(),
+                        parent_id=parent.hex() if parent else None,
+                        name=name,
+                        start_ns=ps.start_time_unix_nano,
+                        end_ns=ps.end_time_unix_nano,
+                        kind=ps.kind,
+                        status_code=status.code,
+                        status_message=status.message,
+                        attributes=span_attributes,
+                        events=span_events,
+                        resource=resource,
+                        scope_name=scope_name,
+                        scope_version=scope_version,
+                        source=ps,
+                    )
+                )
+    return seen, genai
+
+
+def _raise_bad_ids(ps: PbSpan, where: str) -> None:
+    try:
+        bytes_id_to_hex(ps.trace_id, TRACE_ID_BYTES, "trace id")
+        bytes_id_to_hex(ps.span_id, SPAN_ID_BYTES, "span id")
+        bytes_id_to_hex(ps.parent_span_id, SPAN_ID_BYTES, "parent span id")
+    except MalformedOTLP as exc:
+        exc.where = where
+        raise
+    raise MalformedOTLP("bad span ids", where)  # pragma: no cover - one check above fails
+
+
+def walk_logs(
+    req: ExportLogsServiceRequest, out: list[LogRecord], *, lazy: bool
+) -> tuple[int, int]:
+    """Append the GenAI log records of `req` to `out` (all of them if not `lazy`);
+    return (records seen, records kept). The event name comes from the `event_name` field,
+    else from the `event.name` attribute."""
+    seen = kept = 0
+    event_prefixes = GENAI_EVENT_PREFIXES
+    for i, rl in enumerate(req.resource_logs):
+        for j, sl in enumerate(rl.scope_logs):
+            whole_scope = not lazy or is_genai_scope(sl.scope.name)
+            for k, lr in enumerate(sl.log_records):
+                seen += 1
+                event_name = lr.event_name
+                kvs = lr.attributes
+                keep = whole_scope or event_name.startswith(event_prefixes)
+                if not keep:
+                    for kv in kvs:
+                        key = kv.key
+                        if is_genai_key(key) or (
+                            key == "event.name" and kv.value.string_value.startswith(event_prefixes)
+                        ):
+                            keep = True
+                            break
+                if not keep:
+                    continue
+                kept += 1
+                where = f"resourceLogs[{i}].scopeLogs[{j}].logRecords[{k}]"
+                try:
+                    trace_id = (
+                        bytes_id_to_hex(lr.trace_id, TRACE_ID_BYTES, "trace id")
+                        if lr.trace_id
+                        else ""
+                    )
+                    span_id = (
+                        bytes_id_to_hex(lr.span_id, SPAN_ID_BYTES, "span id") if lr.span_id else ""
+                    )
+                except MalformedOTLP as exc:
+                    exc.where = where
+                    raise
+                record_attributes = attributes(kvs)
+                if not event_name:
+                    named = record_attributes.get("event.name")
+                    event_name = named if isinstance(named, str) else ""
+                out.append(
+                    LogRecord(
+                        trace_id=trace_id,
+                        span_id=span_id,
+                        event_name=event_name,
+                        time_ns=lr.time_unix_nano or lr.observed_time_unix_nano,
+                        body=any_value(lr.body) if lr.HasField("body") else None,
+                        attributes=record_attributes,
+                    )
+                )
+    return seen, kept
+
+
+def first_span(req: ExportTraceServiceRequest) -> PbSpan | None:
+    """The first span of a request, or None (used to tell a logs request read as traces)."""
+    for rs in req.resource_spans:
+        for ss in rs.scope_spans:
+            for ps in ss.spans:
+                found: PbSpan = ps
+                return found
+    return None
