@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from attest_otel.errors import AttestOtelError
+from attest_otel.errors import AttestOtelError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -128,6 +128,138 @@ def run(file: Path, model: str | None, as_json: bool) -> None:
     results = [grader.grade(r, judge=judge) for r in runs]
     _print_runs(runs, results, as_json)
     _exit_for(results)
+
+
+def _split_tools(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+def _parse_fallbacks(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, list[str]]:
+    fallbacks: dict[str, list[str]] = {}
+    for value in values:
+        tool, sep, alt = value.partition("=")
+        if not sep or not tool.strip() or not alt.strip():
+            raise click.BadParameter(f"expected TOOL=ALTERNATIVE, got {value!r}")
+        fallbacks.setdefault(tool.strip(), []).append(alt.strip())
+    return fallbacks
+
+
+@main.command()
+@click.option(
+    "--file",
+    "file",
+    type=click.Path(path_type=Path),
+    help="An OTLP file (protobuf, JSON, JSON lines; gzip ok).",
+)
+@click.option(
+    "--policy",
+    type=click.Path(path_type=Path),
+    help="Policy YAML: allowed tools and fallbacks per agent.",
+)
+@click.option(
+    "--allowed-tools",
+    callback=_split_tools,
+    help="Allowed tools for every run: a,b,c (wins over the policy).",
+)
+@click.option(
+    "--fallback",
+    "fallbacks",
+    multiple=True,
+    callback=_parse_fallbacks,
+    help="TOOL=ALTERNATIVE, repeatable.",
+)
+@_model_options
+@_json_option
+@click.option("--export", is_flag=True, help="Send grade spans, log events and metrics over OTLP.")
+@click.option(
+    "--otlp-endpoint", help="Where --export sends (default: the OTEL_EXPORTER_OTLP_* variables)."
+)
+@click.option("--no-grade-spans", is_flag=True, help="With --export: no attest.grade spans.")
+@click.option("--no-log-events", is_flag=True, help="With --export: no log-based events.")
+@click.option("--no-metrics", is_flag=True, help="With --export: no metrics.")
+def grade(
+    file: Path | None,
+    policy: Path | None,
+    allowed_tools: list[str] | None,
+    fallbacks: dict[str, list[str]],
+    appropriate: bool,
+    check_answer: bool,
+    model: str | None,
+    as_json: bool,
+    export: bool,
+    otlp_endpoint: str | None,
+    no_grade_spans: bool,
+    no_log_events: bool,
+    no_metrics: bool,
+) -> None:
+    """Grade every agent run of every trace in an OTLP file."""
+    from attest_otel.adapt import runs_from_file
+    from attest_otel.config import Policy, load_policy
+    from attest_otel.grade import grader, llm
+
+    if file is None:
+        raise UsageError("grade needs --file PATH")
+    loaded = load_policy(policy) if policy is not None else Policy.empty()
+    traces = runs_from_file(file, policy=loaded, allowed_tools=allowed_tools, fallbacks=fallbacks)
+    if appropriate or check_answer:
+        judge = grader.judge_for_tool_use(asked=True, model=model)
+    else:
+        judge = llm.judge_from_env(model)
+    graded = [
+        (trace, [grader.grade(run, judge=judge, appropriate=appropriate) for run in trace.runs])
+        for trace in traces
+    ]
+    _print_traces(graded, as_json)
+    if export:
+        _export(
+            graded,
+            otlp_endpoint,
+            spans=not no_grade_spans,
+            logs=not no_log_events,
+            metrics=not no_metrics,
+        )
+    _exit_for([r for _, results in graded for r in results])
+
+
+def _print_traces(graded: Sequence[tuple[Any, Sequence[Any]]], as_json: bool) -> None:
+    from attest_otel import render
+
+    if as_json:
+        out = {"traces": [render.trace_json(trace, results) for trace, results in graded]}
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    for trace, results in graded:
+        click.echo(render.trace_block(trace, results))
+        click.echo()
+    click.echo(render.totals([r for _, results in graded for r in results]))
+
+
+def _export(
+    graded: Sequence[tuple[Any, Sequence[Any]]],
+    endpoint: str | None,
+    *,
+    spans: bool,
+    logs: bool,
+    metrics: bool,
+) -> None:
+    """Send the grades and say in one line what went where; a failure is one line and exit 1."""
+    from attest_otel.export.telemetry import build_telemetry
+
+    telemetry = build_telemetry(
+        endpoint=endpoint, protocol=None, spans=spans, logs=logs, metrics=metrics, prometheus=None
+    )
+    try:
+        for trace, results in graded:
+            for run, result in zip(trace.runs, results, strict=True):
+                telemetry.emit_grade(run, result, grade_span=spans)
+    finally:
+        report = telemetry.shutdown()
+    report.raise_for_failure()
+    click.echo(report.summary(), err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

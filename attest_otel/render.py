@@ -6,6 +6,7 @@ Plain text with optional colour; the CLI decides whether colour is on (a termina
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -68,3 +69,32 @@ def totals(results: Sequence[CheckResult]) -> str:
         parts.append(f"{review} to review")
     parts.append(f"{failed} failed")
     return ", ".join(parts)
+
+
+def trace_json(trace: Any, results: Sequence[CheckResult]) -> dict[str, Any]:
+    """`grade --json`: one trace, its runs in start order, each with where it came from."""
+    return {
+        "trace_id": trace.trace_id,
+        "runs": [
+            {
+                "agent": run.agent,
+                "span_id": run.span_id,
+                "task": run.task,
+                "final_answer": run.final_answer,
+                "result": result.to_dict(),
+            }
+            for run, result in zip(trace.runs, results, strict=True)
+        ],
+    }
+
+
+def trace_block(trace: Any, results: Sequence[CheckResult]) -> str:
+    """One trace for a terminal; a run with no tool calls says which dialects were seen."""
+    lines = [click.style(f"trace {trace.trace_id}", bold=True)]
+    for run, result in zip(trace.runs, results, strict=True):
+        title = f"  run {run.agent or '(no agent name)'}"
+        lines.append(run_block(title, run, result, indent=""))
+    if not any(result.findings for result in results):
+        seen = ", ".join(trace.dialects) or "none"
+        lines.append(f"  note: no tool call recognised in this trace; span dialects seen: {seen}")
+    return "\n".join(lines)
