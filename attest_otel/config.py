@@ -1,0 +1,347 @@
+"""The tool-use policy: which tools each agent may call, and which tools may stand in for which.
+
+The file is YAML, keyed by the agent's name as the trace gives it (`gen_ai.agent.name`,
+`agent.name`, ...), with `"*"` for any agent:
+
+    agents:
+      billing_agent:
+        allowed_tools: [charge_card, pay_with_paypal, lookup_invoice]
+        tool_fallbacks: {charge_card: [pay_with_paypal]}
+      "*":
+        tool_fallbacks: {search: [search_backup]}
+
+A named agent's entry replaces the `"*"` entry as a whole; the two are never merged key by
+key. Merging would let a `"*"` allow-list silently constrain an agent whose own entry only
+meant to declare fallbacks, and "the entry under my name is all that applies to me" is the
+rule a reader of the file can check by eye.
+
+Where the values come from, first match wins (see `adapt.runs`):
+  1. one-off overrides (CLI `--allowed-tools`, `--fallback`);
+  2. this file's entry for the agent, else its `"*"` entry;
+  3. `attest.allowed_tools` / `attest.tool_fallbacks` on the agent span;
+  4. nothing: every tool allowed, no fallbacks.
+
+The file is checked whole when it loads and every problem is listed at once, each naming its
+key path and line, so a user fixes a file in one pass instead of one error per run.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from attest_otel.errors import PolicyError
+
+__all__ = [
+    "ANY_AGENT",
+    "AgentPolicy",
+    "Policy",
+    "load_policy",
+    "parse_fallbacks_value",
+    "parse_tools_value",
+]
+
+log = logging.getLogger(__name__)
+
+ANY_AGENT = "*"
+"""The policy entry that applies to an agent without an entry of its own."""
+
+_TOP_KEYS = ("agents",)
+_AGENT_KEYS = ("allowed_tools", "tool_fallbacks")
+_STR_TAG = "tag:yaml.org,2002:str"
+_NULL_TAG = "tag:yaml.org,2002:null"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPolicy:
+    """What one agent may call. `allowed_tools` None allows every tool; `[]` allows none.
+
+    `entry` names the policy entry this came from (the agent's name or `"*"`), or is None
+    when the policy has nothing for the agent, so the caller knows to look at the span.
+    """
+
+    allowed_tools: list[str] | None = None
+    tool_fallbacks: dict[str, list[str]] = field(default_factory=dict)
+    entry: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    agents: Mapping[str, AgentPolicy] = field(default_factory=dict)
+    source: str | None = None
+
+    @classmethod
+    def empty(cls) -> Policy:
+        return cls()
+
+    def for_agent(self, name: str | None) -> AgentPolicy:
+        """The agent's own entry, else `"*"`, else an unrestricted policy with `entry=None`."""
+        if name is not None:
+            own = self.agents.get(name)
+            if own is not None:
+                return own
+        fallback = self.agents.get(ANY_AGENT)
+        if fallback is not None:
+            return fallback
+        return AgentPolicy()
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and check a policy file; raises PolicyError listing every problem found."""
+    p = Path(path)
+    source = str(p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyError(source, ["no such file"]) from None
+    except IsADirectoryError:
+        raise PolicyError(source, ["is a directory, not a policy file"]) from None
+    except UnicodeDecodeError as e:
+        raise PolicyError(source, [f"not UTF-8 text ({e.reason} at byte {e.start})"]) from None
+    except OSError as e:
+        raise PolicyError(source, [e.strerror or str(e)]) from None
+    return parse_policy(text, source)
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """Check a policy document given as text; `source` is what errors name."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        problem = e.problem or e.context or "invalid YAML"
+        if mark is None:
+            raise PolicyError(source, [f"invalid YAML: {problem}"]) from None
+        err = PolicyError(
+            source, [f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {problem}"]
+        )
+        err.line = mark.line + 1
+        raise err from None
+    except yaml.YAMLError as e:
+        raise PolicyError(source, [f"invalid YAML: {e}"]) from None
+    if root is None or (isinstance(root, ScalarNode) and root.tag == _NULL_TAG):
+        return Policy(source=source)
+    checker = _Checker()
+    agents = checker.document(root)
+    if checker.problems:
+        raise PolicyError(source, checker.problems)
+    return Policy(agents=agents, source=source)
+
+
+class _Checker:
+    """Walks the YAML node tree (not the loaded values) so every problem can carry its line."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def problem(self, path: str, node: Node, text: str) -> None:
+        self.problems.append(f"{path} (line {node.start_mark.line + 1}): {text}")
+
+    def mapping(self, path: str, node: Node, what: str) -> list[tuple[ScalarNode, Node]] | None:
+        """The key/value pairs of a mapping node; duplicate and non-string keys are problems."""
+        if not isinstance(node, MappingNode):
+            self.problem(path, node, f"expected {what}, got {_kind(node)}")
+            return None
+        seen: set[str] = set()
+        pairs: list[tuple[ScalarNode, Node]] = []
+        for key, value in node.value:
+            if not isinstance(key, ScalarNode) or key.tag != _STR_TAG:
+                shown = key.value if isinstance(key, ScalarNode) else _kind(key)
+                self.problem(
+                    f"{path}.{shown}", key, "expected a string key (quote it to make it one)"
+                )
+                continue
+            if key.value in seen:
+                self.problem(f"{path}.{key.value}", key, "duplicate key")
+                continue
+            seen.add(key.value)
+            pairs.append((key, value))
+        return pairs
+
+    def document(self, root: Node) -> dict[str, AgentPolicy]:
+        pairs = self.mapping("<top>", root, "a mapping with an `agents` key")
+        if pairs is None:
+            return {}
+        agents: dict[str, AgentPolicy] = {}
+        for key, value in pairs:
+            if key.value not in _TOP_KEYS:
+                expected = ", ".join(_TOP_KEYS)
+                self.problem(key.value, key, f"unknown key (expected one of: {expected})")
+                continue
+            if _is_null(value):
+                continue
+            entries = self.mapping("agents", value, "a mapping of agent name to its policy")
+            for name_node, entry in entries or ():
+                name = name_node.value
+                if not name.strip():
+                    self.problem(f"agents.{name!r}", name_node, "empty agent name")
+                    continue
+                agent = self.agent(f"agents.{name}", entry, name)
+                if agent is not None:
+                    agents[name] = agent
+        return agents
+
+    def agent(self, path: str, node: Node, name: str) -> AgentPolicy | None:
+        if _is_null(node):
+            return AgentPolicy(entry=name)
+        pairs = self.mapping(path, node, "a mapping with allowed_tools and/or tool_fallbacks")
+        if pairs is None:
+            return None
+        allowed: list[str] | None = None
+        fallbacks: dict[str, list[str]] = {}
+        ok = True
+        for key, value in pairs:
+            if key.value == "allowed_tools":
+                if _is_null(value):
+                    continue
+                tools = self.names(f"{path}.allowed_tools", value)
+                ok = ok and tools is not None
+                allowed = tools
+            elif key.value == "tool_fallbacks":
+                if _is_null(value):
+                    continue
+                fb = self.fallbacks(f"{path}.tool_fallbacks", value)
+                ok = ok and fb is not None
+                fallbacks = fb or {}
+            else:
+                self.problem(
+                    f"{path}.{key.value}",
+                    key,
+                    f"unknown key (expected one of: {', '.join(_AGENT_KEYS)})",
+                )
+                ok = False
+        return AgentPolicy(allowed, fallbacks, name) if ok else None
+
+    def names(self, path: str, node: Node) -> list[str] | None:
+        if not isinstance(node, SequenceNode):
+            self.problem(path, node, f"expected a list of strings, got {_kind(node)}")
+            return None
+        out: list[str] = []
+        ok = True
+        for i, item in enumerate(node.value):
+            if not isinstance(item, ScalarNode) or item.tag != _STR_TAG:
+                self.problem(f"{path}[{i}]", item, f"expected a string, got {_kind(item)}")
+                ok = False
+            elif not item.value.strip():
+                self.problem(f"{path}[{i}]", item, "empty tool name")
+                ok = False
+            else:
+                out.append(item.value)
+        return out if ok else None
+
+    def fallbacks(self, path: str, node: Node) -> dict[str, list[str]] | None:
+        pairs = self.mapping(path, node, "a mapping of tool name to a list of tool names")
+        if pairs is None:
+            return None
+        out: dict[str, list[str]] = {}
+        ok = True
+        for key, value in pairs:
+            if not key.value.strip():
+                self.problem(f"{path}.{key.value!r}", key, "empty tool name")
+                ok = False
+                continue
+            alts = self.names(f"{path}.{key.value}", value)
+            if alts is None:
+                ok = False
+            else:
+                out[key.value] = alts
+        return out if ok else None
+
+
+def _is_null(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == _NULL_TAG
+
+
+def _kind(node: Node) -> str:
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    if isinstance(node, ScalarNode):
+        tag = node.tag.rsplit(":", 1)[-1]
+        return {
+            "null": "null",
+            "bool": "a boolean",
+            "int": "a number",
+            "float": "a number",
+            "str": "a string",
+        }.get(tag, f"a {tag}")
+    return "something else"
+
+
+# --- the same settings carried on a span ----------------------------------------------------
+
+
+def parse_tools_value(value: Any) -> list[str] | None:
+    """`attest.allowed_tools` as a span gives it: a string array, or a JSON string of one.
+
+    Anything else is ignored (logged), because a bad attribute on one span must not stop
+    grading the others; the policy file is where strictness belongs.
+    """
+    if isinstance(value, str):
+        cached = _tools_from_text(value)
+        return None if cached is None else list(cached)
+    return _parse_tools(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _tools_from_text(value: str) -> tuple[str, ...] | None:
+    """Cached: every run of an agent carries the same attribute text."""
+    tools = _parse_tools(value)
+    return None if tools is None else tuple(tools)
+
+
+def _parse_tools(value: Any) -> list[str] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            log.debug("attest.allowed_tools is not JSON: %.80r", value)
+            return None
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return list(value)
+    log.debug("attest.allowed_tools is not a list of strings: %.80r", value)
+    return None
+
+
+def parse_fallbacks_value(value: Any) -> dict[str, list[str]] | None:
+    """`attest.tool_fallbacks` as a span gives it: a JSON object string (or a decoded map)."""
+    if isinstance(value, str):
+        cached = _fallbacks_from_text(value)
+        return None if cached is None else {k: list(v) for k, v in cached}
+    return _parse_fallbacks(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _fallbacks_from_text(value: str) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
+    found = _parse_fallbacks(value)
+    return None if found is None else tuple((k, tuple(v)) for k, v in found.items())
+
+
+def _parse_fallbacks(value: Any) -> dict[str, list[str]] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            log.debug("attest.tool_fallbacks is not JSON: %.80r", value)
+            return None
+    if not isinstance(value, dict):
+        log.debug("attest.tool_fallbacks is not an object: %.80r", value)
+        return None
+    out: dict[str, list[str]] = {}
+    for tool, alts in value.items():
+        if isinstance(alts, str):
+            alts = [alts]
+        if not isinstance(tool, str) or not isinstance(alts, list | tuple):
+            log.debug("attest.tool_fallbacks entry ignored: %.80r", (tool, alts))
+            continue
+        out[tool] = [a for a in alts if isinstance(a, str)]
+    return out
