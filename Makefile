@@ -33,8 +33,7 @@ test: setup lint
 	$(BIN)/pytest -q
 
 demo: setup
-	@echo "== attest run files (examples/runs.jsonl) =="
-	-@$(BIN)/attest-otel tools examples/runs.jsonl
+	@$(BIN)/python examples/demo.py
 
 bench: setup
 	$(BIN)/python bench/bench_grade.py
