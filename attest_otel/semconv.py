@@ -1,7 +1,7 @@
 """Every attribute, event and metric name (and unit) attest-otel reads or writes.
 
-One module, so the exporters, the adapters and `docs/telemetry.md` cannot drift apart: a
-dashboard or a TraceQL query written against these names is a contract. Names from the
+One module, so the exporters, the adapters and the README's telemetry table cannot drift
+apart: a dashboard or a TraceQL query written against these names is a contract. Names from the
 OpenTelemetry GenAI semantic conventions are copied as strings rather than imported from
 `opentelemetry.semconv._incubating`, because that module is unstable by name (its leading
 underscore) and may move between SDK releases; ours must not.
