@@ -10,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # Bytecode at install time: this environment sets PYTHONDONTWRITEBYTECODE, so nothing caches later.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup proto test lint check demo bench fixtures clean
+.PHONY: setup proto test test-phoenix lint check demo bench fixtures clean
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -31,6 +31,17 @@ lint: setup
 
 test: setup lint
 	$(BIN)/pytest -q
+
+# Phoenix is large and slow to start, so its live tests are a group of their own.
+PHOENIX_VENV := tests/phoenix/.venv
+
+$(PHOENIX_VENV)/.synced: tests/phoenix/requirements.txt | $(UV)
+	$(UV) venv --allow-existing --python $(PY) $(PHOENIX_VENV)
+	$(UV) pip install --python $(PHOENIX_VENV) -r tests/phoenix/requirements.txt
+	touch $@
+
+test-phoenix: setup $(PHOENIX_VENV)/.synced
+	ATTEST_OTEL_PHOENIX=$(PHOENIX_VENV)/bin/phoenix $(BIN)/pytest -q tests/phoenix
 
 demo: setup
 	@$(BIN)/python examples/demo.py

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from attest_otel.cli_sources import report, trace_source_options
 from attest_otel.errors import AttestOtelError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -155,6 +156,14 @@ def _parse_fallbacks(
     type=click.Path(path_type=Path),
     help="An OTLP file (protobuf, JSON, JSON lines; gzip ok).",
 )
+@click.option("--trace-id", help="Grade one trace by id, from --from (default: the store).")
+@trace_source_options
+@click.option(
+    "--store",
+    "store",
+    type=click.Path(path_type=Path),
+    help="The sidecar's store to read --trace-id from (same as --from store:PATH).",
+)
 @click.option(
     "--policy",
     type=click.Path(path_type=Path),
@@ -176,13 +185,24 @@ def _parse_fallbacks(
 @_json_option
 @click.option("--export", is_flag=True, help="Send grade spans, log events and metrics over OTLP.")
 @click.option(
-    "--otlp-endpoint", help="Where --export sends (default: the OTEL_EXPORTER_OTLP_* variables)."
+    "--otlp-endpoint",
+    help="Where --export sends (default: the OTEL_EXPORTER_OTLP_* variables).",
 )
 @click.option("--no-grade-spans", is_flag=True, help="With --export: no attest.grade spans.")
 @click.option("--no-log-events", is_flag=True, help="With --export: no log-based events.")
 @click.option("--no-metrics", is_flag=True, help="With --export: no metrics.")
 def grade(
     file: Path | None,
+    trace_id: str | None,
+    source: str,
+    headers: tuple[str, ...],
+    ca_file: Path | None,
+    client_cert: Path | None,
+    client_key: Path | None,
+    insecure: bool,
+    timeout_s: float,
+    since_s: float | None,
+    store: Path | None,
     policy: Path | None,
     allowed_tools: list[str] | None,
     fallbacks: dict[str, list[str]],
@@ -196,23 +216,58 @@ def grade(
     no_log_events: bool,
     no_metrics: bool,
 ) -> None:
-    """Grade every agent run of every trace in an OTLP file."""
-    from attest_otel.adapt import runs_from_file
+    """Grade every agent run of the traces in an OTLP file, or of one trace by id.
+
+    \b
+    attest-otel grade --file traces.json
+    attest-otel grade --trace-id ID                      # from the sidecar's store
+    attest-otel grade --trace-id ID --from jaeger:http://localhost:16686
+    attest-otel grade --since 1h                         # every trace the store got in 1h
+    """
     from attest_otel.config import Policy, load_policy
     from attest_otel.grade import grader, llm
 
-    if file is None:
-        raise UsageError("grade needs --file PATH")
+    if (file is not None) + (trace_id is not None or since_s is not None) != 1:
+        raise UsageError("grade needs one of --file PATH, --trace-id ID or --since DURATION")
     loaded = load_policy(policy) if policy is not None else Policy.empty()
-    traces = runs_from_file(file, policy=loaded, allowed_tools=allowed_tools, fallbacks=fallbacks)
     if appropriate or check_answer:
         judge = grader.judge_for_tool_use(asked=True, model=model)
     else:
         judge = llm.judge_from_env(model)
-    graded = [
-        (trace, [grader.grade(run, judge=judge, appropriate=appropriate) for run in trace.runs])
-        for trace in traces
-    ]
+    graded: list[tuple[Any, list[Any]]]
+    if file is not None:
+        from attest_otel.adapt import runs_from_file
+
+        traces = runs_from_file(
+            file, policy=loaded, allowed_tools=allowed_tools, fallbacks=fallbacks
+        )
+        graded = [
+            (trace, [grader.grade(run, judge=judge, appropriate=appropriate) for run in trace.runs])
+            for trace in traces
+        ]
+    else:
+        from attest_otel import cli_sources
+
+        http = cli_sources.http_options(
+            headers,
+            ca_file=ca_file,
+            client_cert=client_cert,
+            client_key=client_key,
+            insecure=insecure,
+            timeout_s=timeout_s,
+        )
+        found = cli_sources.grade_from_source(
+            trace_id=trace_id,
+            since_s=since_s,
+            source=f"store:{store}" if store is not None else source,
+            http=http,
+            quiet=as_json,
+            policy=loaded,
+            allowed_tools=allowed_tools,
+            fallbacks=fallbacks,
+            judge=judge,
+        )
+        graded = [(g.trace, g.results) for g in found]
     _print_traces(graded, as_json)
     if export:
         _export(
@@ -261,6 +316,8 @@ def _export(
     report.raise_for_failure()
     click.echo(report.summary(), err=True)
 
+
+main.add_command(report)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

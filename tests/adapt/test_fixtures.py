@@ -53,7 +53,10 @@ def _rebuild(label_path: Path, label: dict[str, Any]) -> list[Run]:
     return [run for t in runs_from_file(trace, **kwargs) for run in t.runs]
 
 
-@pytest.mark.skipif(not LABELS, reason="no fixture traces generated yet")
+def test_the_labelled_fixtures_are_there() -> None:
+    assert len(LABELS) >= 90, "tests/fixtures/traces lost its labelled traces (make fixtures)"
+
+
 @pytest.mark.parametrize("label_path", LABELS, ids=[_case_id(p) for p in LABELS])
 def test_fixture(label_path: Path) -> None:
     label = json.loads(label_path.read_text(encoding="utf-8"))

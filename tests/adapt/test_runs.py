@@ -432,8 +432,6 @@ def test_no_policy_anywhere_allows_every_tool() -> None:
 
 def test_runs_from_file_is_decode_then_runs_from_spans() -> None:
     path = FIXTURES / "vercel__retry.json"
-    if not path.exists():
-        pytest.skip("fixture not generated")
     decoded = decode_file(path)
     expected = runs_from_spans(decoded.spans, decoded.logs)
     got = runs_from_file(path)

@@ -1,0 +1,361 @@
+"""`attest-otel report`: how the agents did over a window, with honest error bars.
+
+Pure functions over stored grades (one `CheckResult` JSON per run, with its agent, trace id
+and time), and a plain-text renderer. No I/O here: the CLI reads the store and prints.
+
+Why Wilson intervals: a pass rate from 3 runs and one from 3,000 must not look alike. The
+Wilson score interval stays inside [0, 1] and keeps sensible coverage at small counts and
+at rates near 0 or 1, where the textbook "p ± 1.96·sqrt(p(1-p)/n)" collapses to a width of
+zero (0/5 would claim certainty that the agent always fails).
+
+Why tools are rated by runs and not by calls: calls of one run share a task, a model and
+a context, so they are not independent trials, and counting them would make the interval
+too narrow. For each tool, a run that called it counts once, as passed when none of that
+tool's calls in the run failed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from statistics import NormalDist
+from typing import Any
+
+__all__ = [
+    "NO_AGENT",
+    "GradeRecord",
+    "Problem",
+    "Rate",
+    "Report",
+    "WorstRun",
+    "build_report",
+    "pass_rates_by_agent",
+    "pass_rates_by_tool",
+    "render_text",
+    "table",
+    "top_problems",
+    "wilson_interval",
+    "worst_runs",
+]
+
+NO_AGENT = "(no agent)"
+
+
+def wilson_interval(
+    successes: int, trials: int, confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """The Wilson score interval of a proportion; None when there were no trials (0/0 says
+    nothing, and an interval of [0, 1] would look like a measurement)."""
+    if trials < 0 or successes < 0 or successes > trials:
+        raise ValueError(f"need 0 <= successes <= trials, got {successes}/{trials}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    if trials == 0:
+        return None
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / trials
+    z2n = z * z / trials
+    centre = (p + z2n / 2) / (1 + z2n)
+    half = z / (1 + z2n) * math.sqrt(p * (1 - p) / trials + z2n / (4 * trials))
+    # Exact ends: floating error must not turn 10/10 into an upper bound of 0.9999999.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return low, high
+
+
+@dataclass(frozen=True, slots=True)
+class GradeRecord:
+    """One graded run as the store keeps it."""
+
+    trace_id: str
+    agent: str | None
+    graded_ns: int
+    result: Mapping[str, Any]
+    span_id: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.result.get("passed"))
+
+    @property
+    def findings(self) -> list[Mapping[str, Any]]:
+        found = self.result.get("findings") or []
+        return [f for f in found if isinstance(f, Mapping)]
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """Runs passed out of runs, with the interval; `calls`/`failed_calls` for tools only."""
+
+    name: str
+    passed: int
+    total: int
+    low: float | None
+    high: float | None
+    calls: int | None = None
+    failed_calls: int | None = None
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.total if self.total else None
+
+
+def _rate(name: str, passed: int, total: int, **extra: int) -> Rate:
+    interval = wilson_interval(passed, total)
+    low, high = interval if interval is not None else (None, None)
+    return Rate(name, passed, total, low, high, **extra)
+
+
+def _worst_first(rates: Iterable[Rate]) -> list[Rate]:
+    """Lowest pass rate first; among equals, the one with more runs (the surer verdict)."""
+    return sorted(rates, key=lambda r: (r.rate if r.rate is not None else 2.0, -r.total, r.name))
+
+
+def pass_rates_by_agent(records: Iterable[GradeRecord]) -> list[Rate]:
+    counts: dict[str, list[int]] = {}
+    for record in records:
+        c = counts.setdefault(record.agent or NO_AGENT, [0, 0])
+        c[0] += record.passed
+        c[1] += 1
+    return _worst_first(_rate(name, p, n) for name, (p, n) in counts.items())
+
+
+def pass_rates_by_tool(records: Iterable[GradeRecord]) -> list[Rate]:
+    runs: dict[str, list[int]] = {}  # tool -> [runs passed, runs, calls, failed calls]
+    for record in records:
+        failed_here: dict[str, bool] = {}
+        for finding in record.findings:
+            tool = str(finding.get("subject") or "")
+            failed = finding.get("severity") == "fail"
+            failed_here[tool] = failed_here.get(tool, False) or failed
+            c = runs.setdefault(tool, [0, 0, 0, 0])
+            c[2] += 1
+            c[3] += failed
+        for tool, failed in failed_here.items():
+            runs[tool][0] += not failed
+            runs[tool][1] += 1
+    return _worst_first(
+        _rate(tool, p, n, calls=calls, failed_calls=bad)
+        for tool, (p, n, calls, bad) in runs.items()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    verdict: str
+    tool: str
+    count: int
+    """Calls with this verdict on this tool."""
+    runs: int
+    """Distinct runs they came from."""
+    example_trace_id: str
+    """The most recent trace that shows it: the one to open first."""
+
+
+def top_problems(records: Iterable[GradeRecord], limit: int = 10) -> list[Problem]:
+    """(verdict, tool) pairs of calls that did not pass, most frequent first."""
+    counts: dict[tuple[str, str], list[Any]] = {}
+    for record in sorted(records, key=lambda r: r.graded_ns):
+        seen: set[tuple[str, str]] = set()
+        for finding in record.findings:
+            if finding.get("severity") == "pass":
+                continue
+            key = (str(finding.get("verdict") or ""), str(finding.get("subject") or ""))
+            c = counts.setdefault(key, [0, 0, ""])
+            c[0] += 1
+            if key not in seen:
+                seen.add(key)
+                c[1] += 1
+            c[2] = record.trace_id
+    problems = [Problem(v, t, n, runs, example) for (v, t), (n, runs, example) in counts.items()]
+    problems.sort(key=lambda p: (-p.count, -p.runs, p.verdict, p.tool))
+    return problems[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class WorstRun:
+    trace_id: str
+    span_id: str
+    agent: str | None
+    graded_ns: int
+    score: float
+    verdict: str
+    failed_calls: int
+    summary: str
+
+
+def worst_runs(records: Iterable[GradeRecord], limit: int = 10) -> list[WorstRun]:
+    """Runs that did not pass, lowest score first, then most failed calls, newest first."""
+    out = []
+    for record in records:
+        if record.passed and record.result.get("verdict") == "pass":
+            continue
+        failed = sum(1 for f in record.findings if f.get("severity") == "fail")
+        out.append(
+            WorstRun(
+                trace_id=record.trace_id,
+                span_id=record.span_id,
+                agent=record.agent,
+                graded_ns=record.graded_ns,
+                score=float(record.result.get("score") or 0.0),
+                verdict=str(record.result.get("verdict") or ""),
+                failed_calls=failed,
+                summary=str(record.result.get("summary") or ""),
+            )
+        )
+    out.sort(key=lambda w: (w.score, -w.failed_calls, -w.graded_ns, w.trace_id))
+    return out[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    since_ns: int | None
+    until_ns: int
+    overall: Rate
+    agents: list[Rate] = field(default_factory=list)
+    tools: list[Rate] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    worst: list[WorstRun] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        def rate(r: Rate) -> dict[str, Any]:
+            out = asdict(r)
+            out["rate"] = r.rate
+            out["interval"] = None if r.low is None else [r.low, r.high]
+            del out["low"], out["high"]
+            if r.calls is None:
+                del out["calls"], out["failed_calls"]
+            return out
+
+        return {
+            "since": _iso(self.since_ns) if self.since_ns is not None else None,
+            "until": _iso(self.until_ns),
+            "confidence": 0.95,
+            "runs": rate(self.overall),
+            "agents": [rate(r) for r in self.agents],
+            "tools": [rate(r) for r in self.tools],
+            "problems": [asdict(p) for p in self.problems],
+            "worst_runs": [{**asdict(w), "graded_at": _iso(w.graded_ns)} for w in self.worst],
+        }
+
+
+def build_report(
+    records: Sequence[GradeRecord],
+    *,
+    since_ns: int | None,
+    until_ns: int,
+    limit: int = 10,
+) -> Report:
+    """Everything `report` shows, for the records inside [since_ns, until_ns]."""
+    kept = [
+        r
+        for r in records
+        if (since_ns is None or r.graded_ns >= since_ns) and r.graded_ns <= until_ns
+    ]
+    passed = sum(r.passed for r in kept)
+    return Report(
+        since_ns=since_ns,
+        until_ns=until_ns,
+        overall=_rate("all runs", passed, len(kept)),
+        agents=pass_rates_by_agent(kept),
+        tools=pass_rates_by_tool(kept),
+        problems=top_problems(kept, limit),
+        worst=worst_runs(kept, limit),
+    )
+
+
+# -- text -----------------------------------------------------------------------------------
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _interval(r: Rate) -> str:
+    return "-" if r.low is None or r.high is None else f"{_pct(r.low)} - {_pct(r.high)}"
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: max(0, width - 3)] + "..."
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
+    """Columns padded to their widest cell; `right` aligns numbers to the right."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def _rate_rows(rates: Sequence[Rate], width: int) -> list[list[str]]:
+    return [
+        [_clip(r.name, width), str(r.total), str(r.passed), _pct(r.rate), _interval(r)]
+        for r in rates
+    ]
+
+
+def render_text(report: Report, *, width: int = 100, limit: int = 10) -> str:
+    """The short plain-text report for a terminal."""
+    o = report.overall
+    window = (
+        f"since {_iso(report.since_ns)}" if report.since_ns is not None else "all stored grades"
+    )
+    lines = [f"Tool use of graded agent runs, {window} (until {_iso(report.until_ns)})", ""]
+    if not o.total:
+        lines.append("No graded runs in this window.")
+        return "\n".join(lines)
+    lines.append(
+        f"Runs passed: {o.passed}/{o.total} = {_pct(o.rate)} (95% CI {_interval(o)})"
+    )
+    name_w = max(16, width // 3)
+    lines += ["", "By agent, worst first", table(
+        ["agent", "runs", "passed", "pass rate", "95% CI"],
+        _rate_rows(report.agents[:limit], name_w),
+        [False, True, True, True, False],
+    )]
+    if report.tools:
+        rows = [
+            [*row, str(r.calls), str(r.failed_calls)]
+            for row, r in zip(_rate_rows(report.tools[:limit], name_w), report.tools, strict=False)
+        ]
+        lines += [
+            "",
+            "By tool, worst first (runs that called it; passed: none of its calls failed)",
+            table(
+                ["tool", "runs", "passed", "pass rate", "95% CI", "calls", "failed"],
+                rows,
+                [False, True, True, True, False, True, True],
+            ),
+        ]
+    if report.problems:
+        lines += ["", "Most frequent problems", table(
+            ["calls", "runs", "verdict", "tool", "latest trace"],
+            [[str(p.count), str(p.runs), p.verdict, _clip(p.tool, name_w), p.example_trace_id]
+             for p in report.problems[:limit]],
+            [True, True, False, False, False],
+        )]
+    if report.worst:
+        fixed = 6 + 8 + 7 + 32 + 20 + 5 * 2
+        summary_w = max(20, width - fixed)
+        lines += ["", "Worst runs", table(
+            ["score", "verdict", "failed", "trace id", "agent", "summary"],
+            [[f"{w.score:.2f}", w.verdict, str(w.failed_calls), w.trace_id,
+              _clip(w.agent or NO_AGENT, 20), _clip(w.summary, summary_w)]
+             for w in report.worst[:limit]],
+            [True, False, True, False, False, False],
+        )]
+    return "\n".join(lines)

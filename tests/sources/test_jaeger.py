@@ -1,0 +1,303 @@
+"""Jaeger: api_v3 (OTLP JSON, wrapped or bare, streamed) and the classic JSON fallback,
+against a local server answering in each API's documented shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pytest
+
+from attest_otel.adapt import runs_from_spans
+from attest_otel.errors import SourceError
+from attest_otel.grade.grader import grade
+from attest_otel.ingest.decode import hydrate
+from attest_otel.ingest.sources import HttpOptions, TraceNotFoundError, parse_source
+from attest_otel.ingest.sources.jaeger import JaegerSource, spans_from_classic
+from attest_otel.ingest.span import Span
+from tests.sources import shapes
+from tests.sources.fake_http import FakeBackend, Reply, refused_url
+
+FIXTURES = [
+    "vercel__fallback",
+    "vercel__retry",
+    "strands__multi_agent",
+    "anthropic_openinference__retry",
+]
+
+
+def _fetch(backend: FakeBackend, trace_id: str, **options: object) -> list[Span]:
+    source = JaegerSource(backend.url, HttpOptions(**options))  # type: ignore[arg-type]
+    try:
+        return [hydrate(s) for s in source.fetch(trace_id).spans]
+    finally:
+        source.close()
+
+
+def _grades(spans: list[Span]) -> list[dict[str, object]]:
+    return [
+        grade(run, judge=None).to_dict()
+        for trace in runs_from_spans(spans)
+        for run in trace.runs
+    ]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_api_v3_wrapped_in_result_gives_back_every_span_of_the_trace(
+    backend: FakeBackend, name: str
+) -> None:
+    tid = shapes.trace_id_of(name)
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=shapes.jaeger_v3(name))
+
+    assert _fetch(backend, tid) == shapes.original_spans(name)
+    assert [r.path for r in backend.requests] == [f"/api/v3/traces/{tid}"]
+
+
+def test_api_v3_bare_traces_data_from_older_builds_is_accepted(backend: FakeBackend) -> None:
+    name = "vercel__fallback"
+    tid = shapes.trace_id_of(name)
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=shapes.jaeger_v3(name, wrapped=False))
+
+    assert _fetch(backend, tid) == shapes.original_spans(name)
+
+
+def test_api_v3_streamed_result_chunks_are_joined_into_one_trace(backend: FakeBackend) -> None:
+    name = "strands__multi_agent"
+    tid = shapes.trace_id_of(name)
+    batches = shapes.otlp_document(name)["resourceSpans"]
+    half = len(batches) // 2
+    first, second = {"resourceSpans": batches[:half]}, {"resourceSpans": batches[half:]}
+    body = (json.dumps({"result": first}) + "\n" + json.dumps({"result": second}) + "\n").encode()
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=body)
+
+    assert _fetch(backend, tid) == shapes.original_spans(name)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_classic_api_is_read_when_api_v3_is_absent_undoing_microseconds_tags_logs_and_references(
+    backend: FakeBackend, name: str
+) -> None:
+    tid = shapes.trace_id_of(name)
+    original = shapes.original_spans(name)
+    backend.routes[f"/api/traces/{tid}"] = Reply(
+        body=json.dumps(shapes.jaeger_classic(original)).encode()
+    )
+
+    assert _fetch(backend, tid) == shapes.expected_from_jaeger_classic(original)
+    assert [r.path for r in backend.requests] == [f"/api/v3/traces/{tid}", f"/api/traces/{tid}"]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_grading_a_trace_read_from_jaeger_equals_grading_the_original_file(
+    backend: FakeBackend, name: str
+) -> None:
+    tid = shapes.trace_id_of(name)
+    original = shapes.original_spans(name)
+    backend.routes[f"/api/traces/{tid}"] = Reply(
+        body=json.dumps(shapes.jaeger_classic(original)).encode()
+    )
+    from_classic = _grades(_fetch(backend, tid))
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=shapes.jaeger_v3(name))
+    from_v3 = _grades(_fetch(backend, tid))
+
+    assert from_v3 == _grades(original)
+    assert from_classic == _grades(original)
+    assert from_v3  # the fixture has runs to grade
+
+
+def test_classic_api_is_read_when_the_ui_answers_the_v3_path_with_its_html_page(
+    backend: FakeBackend,
+) -> None:
+    name = "vercel__retry"
+    tid = shapes.trace_id_of(name)
+    original = shapes.original_spans(name)
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(
+        body=b"<!doctype html><html>Jaeger UI</html>", content_type="text/html"
+    )
+    backend.routes[f"/api/traces/{tid}"] = Reply(
+        body=json.dumps(shapes.jaeger_classic(original)).encode()
+    )
+
+    assert _fetch(backend, tid) == shapes.expected_from_jaeger_classic(original)
+
+
+def test_classic_64_bit_trace_ids_printed_as_16_digits_are_padded_to_32(
+    backend: FakeBackend,
+) -> None:
+    name = "vercel__fallback"
+    short = shapes.trace_id_of(name)[16:]
+    padded = "0" * 16 + short
+    original = [dataclasses.replace(s, trace_id=padded) for s in shapes.original_spans(name)]
+    body = shapes.jaeger_classic(original, short_ids=True)
+    assert body["data"][0]["spans"][0]["traceID"] == short
+    backend.routes[f"/api/traces/{padded}"] = Reply(body=json.dumps(body).encode())
+
+    assert _fetch(backend, short) == shapes.expected_from_jaeger_classic(original)
+
+
+def _classic_span(**overrides: object) -> dict[str, object]:
+    span: dict[str, object] = {
+        "traceID": "0af7651916cd43dd8448eb211c80319c",
+        "spanID": "b7ad6b7169203331",
+        "operationName": "execute_tool lookup",
+        "references": [],
+        "startTime": 1_700_000_000_000_001,
+        "duration": 2500,
+        "tags": [],
+        "logs": [],
+        "processID": "p1",
+    }
+    span.update(overrides)
+    return span
+
+
+def _classic(span: dict[str, object]) -> dict[str, object]:
+    return {"data": [{"traceID": span["traceID"], "spans": [span], "processes": {
+        "p1": {"serviceName": "agent", "tags": [{"key": "host.name", "type": "string", "value": "h"}]}
+    }}]}
+
+
+@pytest.mark.parametrize(
+    ("refs", "parent"),
+    [
+        pytest.param(
+            [{"refType": "FOLLOWS_FROM", "traceID": "0af7651916cd43dd8448eb211c80319c", "spanID": "00f067aa0ba902b7"},
+             {"refType": "CHILD_OF", "traceID": "0af7651916cd43dd8448eb211c80319c", "spanID": "1111111111111111"}],
+            "1111111111111111", id="a CHILD_OF reference wins over an earlier FOLLOWS_FROM",
+        ),
+        pytest.param(
+            [{"refType": "FOLLOWS_FROM", "traceID": "0af7651916cd43dd8448eb211c80319c", "spanID": "00f067aa0ba902b7"}],
+            "00f067aa0ba902b7", id="a FOLLOWS_FROM reference is the parent when there is no CHILD_OF",
+        ),
+        pytest.param(
+            [{"refType": "CHILD_OF", "traceID": "ffffffffffffffffffffffffffffffff", "spanID": "00f067aa0ba902b7"}],
+            None, id="a reference into another trace is no parent",
+        ),
+        pytest.param([], None, id="no reference means a root span"),
+    ],
+)
+def test_classic_parent_follows_jaegers_own_rule(refs: list[object], parent: str | None) -> None:
+    (span,) = spans_from_classic(_classic(_classic_span(references=refs)))
+    assert span.parent_id == parent
+
+
+def test_classic_error_tag_alone_means_status_error_and_is_not_kept_as_an_attribute() -> None:
+    (span,) = spans_from_classic(_classic(_classic_span(tags=[
+        {"key": "error", "type": "bool", "value": True},
+        {"key": "otel.library.name", "type": "string", "value": "openinference.instrumentation"},
+        {"key": "tool.name", "type": "string", "value": "lookup"},
+        {"key": "retries", "type": "int64", "value": 2},
+        {"key": "cost", "type": "float64", "value": 0.25},
+    ])))
+    assert span.status_code == 2
+    assert span.kind == 0  # no span.kind tag: unspecified, as the Collector's receiver reads it
+    assert span.scope_name == "openinference.instrumentation"
+    assert span.attributes == {"tool.name": "lookup", "retries": 2, "cost": 0.25}
+    assert span.resource == {"host.name": "h", "service.name": "agent"}
+    assert (span.start_ns, span.end_ns) == (1_700_000_000_000_001_000, 1_700_000_000_002_501_000)
+
+
+def test_classic_log_without_an_event_field_becomes_an_unnamed_event_with_its_fields() -> None:
+    (span,) = spans_from_classic(_classic(_classic_span(logs=[
+        {"timestamp": 1_700_000_000_000_500, "fields": [{"key": "message", "type": "string", "value": "retrying"}]},
+    ])))
+    assert [(e.name, e.time_ns, e.attributes) for e in span.events] == [
+        ("", 1_700_000_000_000_500_000, {"message": "retrying"})
+    ]
+
+
+def test_unknown_trace_is_one_line_naming_jaeger_and_its_url(backend: FakeBackend) -> None:
+    tid = "0af7651916cd43dd8448eb211c80319c"
+    backend.routes[f"/api/traces/{tid}"] = Reply(
+        404, json.dumps({"data": None, "errors": [{"code": 404, "msg": "trace not found"}]}).encode()
+    )
+    with pytest.raises(TraceNotFoundError) as caught:
+        _fetch(backend, tid)
+    assert str(caught.value) == f"trace ID {tid} not found in jaeger at {backend.url}"
+
+
+def test_api_v3_in_band_not_found_error_is_the_same_one_line(backend: FakeBackend) -> None:
+    tid = "0af7651916cd43dd8448eb211c80319c"
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(
+        200, json.dumps({"error": {"grpcCode": 5, "httpCode": 404, "message": "trace not found"}}).encode()
+    )
+    with pytest.raises(TraceNotFoundError, match=f"^trace ID {tid} not found in jaeger at "):
+        _fetch(backend, tid)
+
+
+def test_server_error_is_reported_with_its_status_and_the_start_of_its_body(
+    backend: FakeBackend,
+) -> None:
+    tid = "0af7651916cd43dd8448eb211c80319c"
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(500, b"storage backend unavailable\n", "text/plain")
+    with pytest.raises(SourceError) as caught:
+        _fetch(backend, tid)
+    assert str(caught.value) == (
+        f"jaeger at {backend.url} answered HTTP 500: storage backend unavailable"
+    )
+
+
+def test_refused_access_says_to_pass_a_header(backend: FakeBackend) -> None:
+    tid = "0af7651916cd43dd8448eb211c80319c"
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(401, b"unauthorized", "text/plain")
+    with pytest.raises(SourceError, match=r"refused access \(HTTP 401\).*--header"):
+        _fetch(backend, tid)
+
+
+def test_headers_given_with_header_reach_the_backend(backend: FakeBackend) -> None:
+    name = "vercel__fallback"
+    tid = shapes.trace_id_of(name)
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=shapes.jaeger_v3(name))
+    _fetch(backend, tid, headers=(("Authorization", "Bearer s3cret"), ("X-Tenant", "a")))
+    assert backend.requests[0].headers["authorization"] == "Bearer s3cret"
+    assert backend.requests[0].headers["x-tenant"] == "a"
+
+
+def test_truncated_body_is_one_line_not_a_json_traceback(backend: FakeBackend) -> None:
+    name = "vercel__fallback"
+    tid = shapes.trace_id_of(name)
+    body = shapes.jaeger_v3(name)
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=body, truncate_to=len(body) // 2)
+    with pytest.raises(SourceError, match="truncated body") as caught:
+        _fetch(backend, tid)
+    assert "\n" not in str(caught.value)
+
+
+def test_body_cut_without_a_length_is_an_unexpected_body(backend: FakeBackend) -> None:
+    name = "vercel__fallback"
+    tid = shapes.trace_id_of(name)
+    body = shapes.jaeger_v3(name)
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=body[: len(body) // 2])
+    with pytest.raises(SourceError, match=f"^unexpected body from jaeger at {backend.url}"):
+        _fetch(backend, tid)
+
+
+def test_a_backend_that_never_answers_is_given_up_on_after_the_timeout(
+    backend: FakeBackend,
+) -> None:
+    tid = "0af7651916cd43dd8448eb211c80319c"
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(delay_s=10)
+    started = time.monotonic()
+    with pytest.raises(SourceError, match=r"no answer within 0\.5s \(--timeout\)"):
+        _fetch(backend, tid, timeout_s=0.5)
+    assert time.monotonic() - started < 3
+
+
+def test_a_backend_dribbling_its_body_is_cut_off_at_the_deadline(backend: FakeBackend) -> None:
+    name = "vercel__fallback"
+    tid = shapes.trace_id_of(name)
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=shapes.jaeger_v3(name), drip_s=0.05)
+    started = time.monotonic()
+    with pytest.raises(SourceError, match=r"did not finish within 0\.5s"):
+        _fetch(backend, tid, timeout_s=0.5)
+    assert time.monotonic() - started < 3
+
+
+def test_refused_connection_is_one_line_naming_the_url() -> None:
+    url = refused_url()
+    source = parse_source(f"jaeger:{url}", http=HttpOptions(timeout_s=2))
+    with pytest.raises(SourceError) as caught:
+        source.fetch("0af7651916cd43dd8448eb211c80319c")
+    assert str(caught.value).startswith(f"cannot connect to jaeger at {url}/api/v3/traces/")
+    assert "connection refused" in str(caught.value)
