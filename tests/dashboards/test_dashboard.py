@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
 from tests.dashboards.dashboard import (
     DASHBOARD,
     load_dashboard,
