@@ -45,6 +45,7 @@ test-phoenix: setup $(PHOENIX_VENV)/.synced
 
 demo: setup
 	@$(BIN)/python examples/demo.py
+	@$(BIN)/python examples/sidecar_demo.py
 
 bench: setup
 	$(BIN)/python bench/bench_grade.py

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from attest_otel.cli_serve import serve
 from attest_otel.cli_sources import report, trace_source_options
 from attest_otel.errors import AttestOtelError, UsageError
 
@@ -318,6 +319,7 @@ def _export(
 
 
 main.add_command(report)
+main.add_command(serve)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

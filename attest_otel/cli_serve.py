@@ -1,0 +1,137 @@
+"""`attest-otel serve`: the sidecar's command, its flags and its logging.
+
+Kept apart from `cli.py`, which registers it, because the sidecar's start-up and shutdown
+(signals, deadlines) are a job of their own. `grade --trace-id` reads the sidecar's store
+through `ingest.sources.store_source`, like every other trace source.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["LogfmtFormatter", "serve", "setup_logging"]
+
+_STANDARD_RECORD_KEYS = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
+)
+
+
+class LogfmtFormatter(logging.Formatter):
+    """`ts=... level=... logger=... msg="..." key=value ...`: one line per record, with the
+    `extra={...}` fields a log pipeline can index, and the traceback on the next lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = [
+            f"ts={time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(record.created))}"
+            f".{int(record.msecs):03d}Z",
+            f"level={record.levelname.lower()}",
+            f"logger={record.name}",
+            f"msg={_quote(record.getMessage())}",
+        ]
+        for key, value in vars(record).items():
+            if key not in _STANDARD_RECORD_KEYS and not key.startswith("_"):
+                parts.append(f"{key}={_quote(value)}")
+        line = " ".join(parts)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def _quote(value: Any) -> str:
+    text = str(value)
+    if text and all(c.isalnum() or c in "._-:/@+" for c in text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+def setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LogfmtFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # The SDK exporters log every transient failure at WARNING; ours already say it once.
+    logging.getLogger("opentelemetry").setLevel(max(logging.ERROR, root.level))
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="Sidecar YAML config (flags override it; it overrides the defaults).")
+@click.option("--grpc-endpoint", help="OTLP/gRPC listen address [127.0.0.1:4317].")
+@click.option("--http-endpoint", help="OTLP/HTTP listen address [127.0.0.1:4318].")
+@click.option("--forward-endpoint",
+              help="Where spans go next (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / "
+                   "OTEL_EXPORTER_OTLP_ENDPOINT).")
+@click.option("--forward-protocol", type=click.Choice(["grpc", "http/protobuf"]),
+              help="OTLP protocol of the next hop [grpc].")
+@click.option("--store", "store", type=click.Path(path_type=Path),
+              help="Trace and grade store [$XDG_DATA_HOME/attest-otel/store.db].")
+@click.option("--policy", type=click.Path(path_type=Path),
+              help="Tool-use policy file (allowed tools and fallbacks per agent).")
+@click.option("--prometheus", help="Serve /metrics on HOST:PORT.")
+@click.option("--buffer-dir", type=click.Path(path_type=Path),
+              help="Write held and queued spans here before answering; replayed on start.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def serve(
+    config_path: Path | None,
+    grpc_endpoint: str | None,
+    http_endpoint: str | None,
+    forward_endpoint: str | None,
+    forward_protocol: str | None,
+    store: Path | None,
+    policy: Path | None,
+    prometheus: str | None,
+    buffer_dir: Path | None,
+    log_level: str,
+) -> None:
+    """Grade agent runs in an OTLP pipeline: receive, hold per trace, grade, annotate, forward.
+
+    SIGTERM or Ctrl-C stops accepting, grades and forwards what is held (within
+    shutdown.deadline_s), flushes and exits 0.
+    """
+    from attest_otel.service import build_service
+    from attest_otel.service_config import config_lines, load_service_config
+
+    setup_logging(log_level)
+    config = load_service_config(
+        config_path,
+        {
+            "grpc_endpoint": grpc_endpoint,
+            "http_endpoint": http_endpoint,
+            "forward_endpoint": forward_endpoint,
+            "forward_protocol": forward_protocol,
+            "store": str(store) if store else None,
+            "policy": str(policy) if policy else None,
+            "prometheus": prometheus,
+            "buffer_dir": str(buffer_dir) if buffer_dir else None,
+        },
+    )
+    log = logging.getLogger("attest_otel.serve")
+    for line in config_lines(config):
+        log.debug("config %s", line)
+    service = build_service(config)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal received", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        service.start()
+        while not stop.wait(0.5):
+            pass
+    finally:
+        service.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,518 @@
+"""Forwarding: OTLP out to the next hop, through a bounded queue, retried until delivered.
+
+The queue is bounded in spans and bytes, but `offer` never refuses: the receivers ask
+`has_room` *before* they accept a request and answer "try later" (gRPC UNAVAILABLE with
+RetryInfo, HTTP 503 with Retry-After) when there is none, so the sender's own queue holds
+the data while ours drains. Graded traces and replayed requests are always taken, since
+they were accepted earlier; the bound can be overshot by what is already inside.
+
+Items are sent by `workers` threads. A request that came in with no GenAI span is sent
+alone, as the bytes it came in; graded traces are small and merged into batches of up to
+`max_batch_bytes`. Anything above `max_request_bytes` (gRPC's 4 MiB default, while HTTP
+accepts 20 MiB) is cut at span boundaries first.
+
+Retries follow the OTLP rules (pipeline.md c.): gRPC CANCELLED, DEADLINE_EXCEEDED, ABORTED,
+OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS, and RESOURCE_EXHAUSTED with RetryInfo; HTTP 429, 502,
+503, 504 and connection failures. The delay is the server's (RetryInfo / Retry-After) when
+given, else exponential backoff with jitter, capped at `max_backoff_s`, with no limit on
+attempts: the bounded queue, not a retry budget, is what protects memory. A batch the
+downstream refuses as too large is split in halves and retried; any other refusal is
+final (logged and counted) because retrying it would never succeed.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import http.client
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from attest_otel.ingest.wire import split_to_size
+
+__all__ = [
+    "ForwardItem",
+    "ForwardSettings",
+    "ForwardStats",
+    "Forwarder",
+    "SendResult",
+    "Sender",
+    "grpc_retry_delay",
+    "make_sender",
+]
+
+log = logging.getLogger(__name__)
+
+EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+"""Trailing metadata key the OpenTelemetry Python exporters read RetryInfo from."""
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+"""The standard place of a `google.rpc.Status` (with RetryInfo in its details)."""
+_RETRYABLE_HTTP = frozenset({429, 502, 503, 504})
+_MAX_SERVER_DELAY_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardSettings:
+    endpoint: str
+    protocol: str = "grpc"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    compression: str = "none"
+    timeout_s: float = 10.0
+    workers: int = 4
+    max_queue_spans: int = 200_000
+    max_queue_bytes: int = 256 * 1024 * 1024
+    max_batch_bytes: int = 1024 * 1024
+    max_request_bytes: int = 4 * 1024 * 1024
+    initial_backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardItem:
+    data: bytes
+    """An `ExportTraceServiceRequest` encoding (items concatenate into one request)."""
+    spans: int
+    records: tuple[int, ...] = ()
+    """Durable-log records released once this item is delivered (or refused for good)."""
+    mergeable: bool = True
+    """False for a request forwarded as the bytes it came in: it is sent alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    ok: bool
+    retryable: bool = False
+    retry_after_s: float | None = None
+    too_large: bool = False
+    rejected_spans: int = 0
+    error: str = ""
+
+
+class Sender(Protocol):
+    def send(self, data: bytes, timeout_s: float) -> SendResult: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class ForwardStats:
+    """Counters read by the self-metrics; updated under the forwarder's lock."""
+
+    spans_forwarded: int = 0
+    requests_sent: int = 0
+    retries: int = 0
+    spans_rejected: int = 0
+    """partial_success.rejected_spans from the downstream."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Spans given up on, by reason (refused by the downstream, shutdown deadline)."""
+
+
+# --- gRPC ------------------------------------------------------------------------------------
+
+
+def grpc_retry_delay(metadata: Sequence[tuple[str, Any]] | None) -> float | None:
+    """The server's RetryInfo delay in seconds, from either place it may be put."""
+    if not metadata:
+        return None
+    from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+
+    for key, value in metadata:
+        try:
+            if key == RETRY_INFO_KEY:
+                info = error_details_pb2.RetryInfo.FromString(value)
+                return float(info.retry_delay.seconds + info.retry_delay.nanos / 1e9)
+            if key == STATUS_DETAILS_KEY:
+                status = status_pb2.Status.FromString(value)
+                for detail in status.details:
+                    info = error_details_pb2.RetryInfo()
+                    if detail.Unpack(info):
+                        return float(info.retry_delay.seconds + info.retry_delay.nanos / 1e9)
+        except Exception:
+            log.debug("unreadable %s in a gRPC error", key)
+    return None
+
+
+def _rejected(body: bytes) -> tuple[int, str]:
+    if not body:
+        return 0, ""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
+
+    try:
+        response = ExportTraceServiceResponse.FromString(body)
+    except Exception:
+        return 0, ""
+    partial = response.partial_success
+    return int(partial.rejected_spans), str(partial.error_message)
+
+
+class GrpcSender:
+    """Sends request bytes as they are (no parse, no re-encode) with a raw unary call."""
+
+    def __init__(self, settings: ForwardSettings) -> None:
+        import grpc
+
+        self._grpc = grpc
+        parts = urlsplit(
+            settings.endpoint if "://" in settings.endpoint else f"http://{settings.endpoint}"
+        )
+        target = parts.netloc or parts.path
+        options = [
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+        ]
+        if parts.scheme == "https":
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(), options)
+        else:
+            self._channel = grpc.insecure_channel(target, options)
+        self._call = self._channel.unary_unary(
+            EXPORT_METHOD, request_serializer=None, response_deserializer=None
+        )
+        self._metadata = tuple((k.lower(), v) for k, v in settings.headers.items()) or None
+        self._compression = (
+            grpc.Compression.Gzip
+            if settings.compression == "gzip"
+            else grpc.Compression.NoCompression
+        )
+
+    def send(self, data: bytes, timeout_s: float) -> SendResult:
+        grpc = self._grpc
+        try:
+            body = self._call(
+                data, timeout=timeout_s, metadata=self._metadata, compression=self._compression
+            )
+        except grpc.RpcError as e:
+            code = e.code()
+            delay = grpc_retry_delay(e.trailing_metadata())
+            detail = f"gRPC {code.name}: {e.details()}"
+            if code == grpc.StatusCode.RESOURCE_EXHAUSTED and delay is None:
+                return SendResult(False, too_large=True, error=detail)
+            retryable = code in (
+                grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.ABORTED,
+                grpc.StatusCode.OUT_OF_RANGE,
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.DATA_LOSS,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            )
+            return SendResult(False, retryable=retryable, retry_after_s=delay, error=detail)
+        rejected, message = _rejected(body)
+        return SendResult(True, rejected_spans=rejected, error=message)
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+# --- HTTP ------------------------------------------------------------------------------------
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """`Retry-After` as seconds: a number, or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class HttpSender:
+    """OTLP/HTTP protobuf over one keep-alive connection (one sender per worker)."""
+
+    def __init__(self, settings: ForwardSettings) -> None:
+        url = settings.endpoint if "://" in settings.endpoint else f"http://{settings.endpoint}"
+        parts = urlsplit(url)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or "localhost"
+        self._port = parts.port or (443 if self._https else 80)
+        path = parts.path or ""
+        self._path = path if path not in ("", "/") else "/v1/traces"
+        self._headers = {"Content-Type": "application/x-protobuf", **dict(settings.headers)}
+        self._gzip = settings.compression == "gzip"
+        if self._gzip:
+            self._headers["Content-Encoding"] = "gzip"
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            self._conn = cls(self._host, self._port, timeout=timeout_s)
+        else:
+            self._conn.timeout = timeout_s
+            if self._conn.sock is not None:
+                self._conn.sock.settimeout(timeout_s)
+        return self._conn
+
+    def send(self, data: bytes, timeout_s: float) -> SendResult:
+        body = gzip.compress(data, compresslevel=5) if self._gzip else data
+        try:
+            conn = self._connection(timeout_s)
+            conn.request("POST", self._path, body=body, headers=self._headers)
+            response = conn.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException) as e:
+            self.close()
+            return SendResult(False, retryable=True, error=f"HTTP: {type(e).__name__}: {e}")
+        status = response.status
+        if response.getheader("Connection", "").lower() == "close":
+            self.close()
+        if 200 <= status < 300:
+            rejected, message = _rejected(payload)
+            return SendResult(True, rejected_spans=rejected, error=message)
+        detail = f"HTTP {status}"
+        if status == 413:
+            return SendResult(False, too_large=True, error=detail)
+        return SendResult(
+            False,
+            retryable=status in _RETRYABLE_HTTP,
+            retry_after_s=parse_retry_after(response.getheader("Retry-After")),
+            error=detail,
+        )
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def make_sender(settings: ForwardSettings) -> Sender:
+    if settings.protocol == "grpc":
+        return GrpcSender(settings)
+    return HttpSender(settings)
+
+
+# --- the queue and its workers ---------------------------------------------------------------
+
+
+class Forwarder:
+    """Bounded queue + worker threads + retry. See the module docstring."""
+
+    def __init__(
+        self,
+        settings: ForwardSettings,
+        *,
+        on_done: Callable[[tuple[int, ...]], None] | None = None,
+        sender_factory: Callable[[ForwardSettings], Sender] = make_sender,
+    ) -> None:
+        self.settings = settings
+        self.stats = ForwardStats()
+        self._on_done = on_done
+        self._sender_factory = sender_factory
+        self._queue: collections.deque[ForwardItem] = collections.deque()
+        self._cond = threading.Condition()
+        self._queued_spans = 0
+        self._queued_bytes = 0
+        self._inflight = 0
+        self._closing = False
+        self._abort = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._senders: list[Sender] = []
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._threads:
+            return
+        for i in range(self.settings.workers):
+            sender = self._sender_factory(self.settings)
+            self._senders.append(sender)
+            thread = threading.Thread(
+                target=self._work, args=(sender,), name=f"attest-otel-forward-{i}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def flush(self, deadline: float) -> bool:
+        """Waits (to the `time.monotonic()` deadline) until everything queued was sent."""
+        with self._cond:
+            while self._queue or self._inflight:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, 0.1))
+        return True
+
+    def shutdown(self, deadline: float) -> bool:
+        """Sends what is queued until `deadline`, then stops; True if all was delivered.
+
+        What is still queued at the deadline is counted as dropped (`shutdown`); with a
+        durable buffer it is not released and comes back on the next start.
+        """
+        delivered = self.flush(deadline)
+        with self._cond:
+            self._closing = True
+            left = sum(i.spans for i in self._queue)
+            if left:
+                self.stats.dropped["shutdown"] = self.stats.dropped.get("shutdown", 0) + left
+                log.warning("forward: %d span(s) not delivered by the shutdown deadline", left)
+            self._queue.clear()
+            self._cond.notify_all()
+        self._abort.set()
+        for thread in self._threads:
+            thread.join(max(0.1, deadline - time.monotonic()))
+        for sender in self._senders:
+            try:
+                sender.close()
+            except Exception:
+                log.debug("closing a sender failed", exc_info=True)
+        self._threads.clear()
+        return delivered
+
+    # --- the data path ---------------------------------------------------------------------
+
+    def has_room(self, spans: int = 0, size: int = 0) -> bool:
+        """Whether a request of `spans` / `size` may be accepted now."""
+        return (
+            self._queued_spans + spans <= self.settings.max_queue_spans
+            and self._queued_bytes + size <= self.settings.max_queue_bytes
+        ) or (self._queued_spans == 0)
+
+    def offer(self, item: ForwardItem) -> None:
+        with self._cond:
+            if self._closing:
+                self.stats.dropped["shutdown"] = self.stats.dropped.get("shutdown", 0) + item.spans
+                log.warning("forward: %d span(s) offered after shutdown", item.spans)
+                return
+            self._queue.append(item)
+            self._queued_spans += item.spans
+            self._queued_bytes += len(item.data)
+            self._cond.notify()
+
+    @property
+    def queued_spans(self) -> int:
+        return self._queued_spans
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
+
+    def _take(self) -> list[ForwardItem] | None:
+        with self._cond:
+            while not self._queue:
+                if self._closing:
+                    return None
+                self._cond.wait()
+            first = self._queue.popleft()
+            batch = [first]
+            if first.mergeable:
+                size = len(first.data)
+                limit = self.settings.max_batch_bytes
+                while self._queue and self._queue[0].mergeable:
+                    nxt = self._queue[0]
+                    if size + len(nxt.data) > limit:
+                        break
+                    batch.append(self._queue.popleft())
+                    size += len(nxt.data)
+            self._inflight += 1
+            return batch
+
+    def _work(self, sender: Sender) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            spans = sum(i.spans for i in batch)
+            size = sum(len(i.data) for i in batch)
+            data = batch[0].data if len(batch) == 1 else b"".join(i.data for i in batch)
+            try:
+                delivered = self._deliver(sender, data, spans)
+            except Exception:
+                log.exception("forward: unexpected error; %d span(s) dropped", spans)
+                delivered = True
+                self._drop(spans, "error")
+            if not delivered:
+                self._drop(spans, "shutdown")
+            records = tuple(r for i in batch for r in i.records)
+            if delivered and records and self._on_done is not None:
+                try:
+                    self._on_done(records)
+                except Exception:
+                    log.exception("forward: releasing durable records failed")
+            with self._cond:
+                self._queued_spans -= spans
+                self._queued_bytes -= size
+                self._inflight -= 1
+                self._cond.notify_all()
+
+    def _drop(self, spans: int, reason: str) -> None:
+        with self._cond:
+            self.stats.dropped[reason] = self.stats.dropped.get(reason, 0) + spans
+
+    def _deliver(self, sender: Sender, data: bytes, spans: int) -> bool:
+        """Sends `data` until it is delivered or refused for good (True), or until shutdown
+        gives up on it (False: its durable records stay for the next start)."""
+        limit = self.settings.max_request_bytes
+        pending = split_to_size(data, limit) if len(data) > limit else [data]
+        total = len(data) or 1
+        attempt = 0
+        while pending:
+            piece = pending.pop()
+            piece_spans = max(1, round(spans * len(piece) / total)) if spans else 0
+            result = sender.send(piece, self.settings.timeout_s)
+            if result.ok:
+                attempt = 0
+                with self._cond:
+                    self.stats.requests_sent += 1
+                    self.stats.spans_forwarded += piece_spans - result.rejected_spans
+                    self.stats.spans_rejected += result.rejected_spans
+                if result.rejected_spans:
+                    log.warning(
+                        "forward: downstream rejected %d span(s): %s",
+                        result.rejected_spans,
+                        result.error,
+                    )
+                continue
+            if result.too_large and len(piece) > 1024:
+                halves = split_to_size(piece, len(piece) // 2 + 1)
+                if len(halves) > 1:
+                    log.info(
+                        "forward: %s; splitting %d bytes in %d",
+                        result.error,
+                        len(piece),
+                        len(halves),
+                    )
+                    pending.extend(halves)
+                    continue
+            if not result.retryable:
+                log.error(
+                    "forward: downstream refused %d span(s) for good (%s)",
+                    piece_spans,
+                    result.error,
+                )
+                self._drop(piece_spans, "refused")
+                continue
+            if self._abort.is_set():
+                pending.append(piece)
+                return False
+            delay = result.retry_after_s
+            if delay is None:
+                base = min(
+                    self.settings.max_backoff_s, self.settings.initial_backoff_s * (2**attempt)
+                )
+                delay = base * random.uniform(0.8, 1.2)
+            else:  # the server knows best, within reason
+                delay = min(delay, _MAX_SERVER_DELAY_S)
+            attempt += 1
+            with self._cond:
+                self.stats.retries += 1
+            log.warning("forward: %s; retry %d in %.2fs", result.error, attempt, delay)
+            pending.append(piece)
+            if self._abort.wait(delay):
+                return False
+        return True

@@ -1,0 +1,495 @@
+"""The OTLP receivers: gRPC `TraceService/Export` and HTTP `POST /v1/traces`.
+
+Both hand the request's protobuf bytes to one `accept` callable and turn its `Outcome`
+into the protocol's answer (pipeline.md c.):
+
+    outcome     gRPC                                  HTTP
+    ok          OK, empty ExportTraceServiceResponse  200, same content type as the request
+    malformed   INVALID_ARGUMENT                      400 + google.rpc.Status body
+    full        UNAVAILABLE + RetryInfo               503 + Retry-After
+    closing     UNAVAILABLE + RetryInfo               503 + Retry-After
+
+and the HTTP-only ones: body over the limit (before or after gzip) 413, a content type
+other than protobuf/JSON 415, a content encoding other than gzip/identity 415, no
+Content-Length 411, other paths 404. gRPC's size limit is grpcio's own
+(`max_receive_message_length`, RESOURCE_EXHAUSTED), checked after decompression.
+
+The gRPC receiver takes the request as raw bytes (no deserializer), so a request that
+holds no GenAI span can be forwarded as exactly the bytes it came in. OTLP/JSON is turned
+into protobuf here, once, and follows the same path. Each request is handled on its own
+thread and any error in one is answered on that request alone.
+
+RetryInfo is sent twice on purpose: in `grpc-status-details-bin` (the standard place, read
+by the Collector's exporter) and in `google.rpc.retryinfo-bin`, which is where the
+OpenTelemetry Python exporter (1.45) looks.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+from attest_otel.export.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
+from attest_otel.service_config import parse_host_port
+
+__all__ = [
+    "Accept",
+    "GrpcReceiver",
+    "HttpReceiver",
+    "Outcome",
+    "otlp_json_to_protobuf",
+]
+
+log = logging.getLogger(__name__)
+
+OutcomeKind = Literal["ok", "malformed", "full", "closing"]
+
+# google.rpc.Code values used in Status bodies.
+_CODE_INVALID_ARGUMENT = 3
+_CODE_RESOURCE_EXHAUSTED = 8
+_CODE_UNAVAILABLE = 14
+
+_PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
+_JSON_TYPE = "application/json"
+_DISCARD_LIMIT = 64 * 1024 * 1024
+"""An oversize body up to this size is read and thrown away so the answer (413) reaches the
+client on a healthy keep-alive connection; beyond it the connection is closed instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: OutcomeKind
+    message: str = ""
+    retry_after_s: float = 1.0
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+
+OK = Outcome("ok")
+
+Accept = Callable[[bytes], Outcome]
+"""Takes an ExportTraceServiceRequest encoding; never raises."""
+
+
+# --- OTLP/JSON -> protobuf -----------------------------------------------------------------
+
+
+def _fix_id(value: Any, nbytes: int) -> Any:
+    """OTLP/JSON ids are hex; protobuf's JSON mapping (what ParseDict reads) wants base64."""
+    if isinstance(value, str) and len(value) == 2 * nbytes:
+        try:
+            return base64.b64encode(bytes.fromhex(value)).decode("ascii")
+        except ValueError:
+            return value
+    return value
+
+
+def _fix_ids(obj: dict[str, Any], keys: Sequence[tuple[str, int]]) -> None:
+    for key, nbytes in keys:
+        if key in obj:
+            obj[key] = _fix_id(obj[key], nbytes)
+
+
+_SPAN_IDS = (("traceId", 16), ("trace_id", 16), ("spanId", 8), ("span_id", 8),
+             ("parentSpanId", 8), ("parent_span_id", 8))
+_LINK_IDS = (("traceId", 16), ("trace_id", 16), ("spanId", 8), ("span_id", 8))
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON array; anything else is left for ParseDict to refuse."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def otlp_json_to_protobuf(body: bytes) -> bytes:
+    """An OTLP/JSON ExportTraceServiceRequest as protobuf bytes; ValueError if it is not one."""
+    from google.protobuf import json_format  # type: ignore[import-untyped]
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"invalid JSON: {e}") from None
+    if not isinstance(document, dict):
+        raise ValueError("invalid OTLP/JSON: the body must be a JSON object")
+    for rs_key in ("resourceSpans", "resource_spans"):
+        for rs in _dicts(document.get(rs_key)):
+            for ss in _dicts(rs.get("scopeSpans") or rs.get("scope_spans")):
+                for span in _dicts(ss.get("spans")):
+                    _fix_ids(span, _SPAN_IDS)
+                    for link in _dicts(span.get("links")):
+                        _fix_ids(link, _LINK_IDS)
+    try:
+        request = json_format.ParseDict(
+            document, ExportTraceServiceRequest(), ignore_unknown_fields=True
+        )
+    except (json_format.ParseError, ValueError, TypeError, AttributeError, binascii.Error) as e:
+        raise ValueError(f"invalid OTLP/JSON: {e}") from None
+    data: bytes = request.SerializeToString()
+    return data
+
+
+# --- status bodies -------------------------------------------------------------------------
+
+
+def _status_bytes(code: int, message: str, retry_after_s: float | None = None) -> bytes:
+    from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+
+    status = status_pb2.Status(code=code, message=message)
+    if retry_after_s is not None:
+        info = error_details_pb2.RetryInfo()
+        info.retry_delay.FromNanoseconds(int(retry_after_s * 1e9))
+        status.details.add().Pack(info)
+    data: bytes = status.SerializeToString()
+    return data
+
+
+def _retry_info_bytes(retry_after_s: float) -> bytes:
+    from google.rpc import error_details_pb2
+
+    info = error_details_pb2.RetryInfo()
+    info.retry_delay.FromNanoseconds(int(retry_after_s * 1e9))
+    data: bytes = info.SerializeToString()
+    return data
+
+
+def _status_json(code: int, message: str) -> bytes:
+    return json.dumps({"code": code, "message": message}).encode()
+
+
+# --- gRPC ----------------------------------------------------------------------------------
+
+
+class GrpcReceiver:
+    """OTLP/gRPC on `endpoint`, plus any extra services (the Grader API) on the same port."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        accept: Accept,
+        *,
+        max_recv_bytes: int = 4 * 1024 * 1024,
+        workers: int = 8,
+        add_services: Sequence[Callable[[Any], None]] = (),
+    ) -> None:
+        self.endpoint = endpoint
+        self._accept = accept
+        self._max_recv_bytes = max_recv_bytes
+        self._workers = workers
+        self._add_services = add_services
+        self._server: Any = None
+        self.port = 0
+
+    def start(self) -> int:
+        import grpc
+
+        host, port = parse_host_port(self.endpoint)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=self._workers, thread_name_prefix="attest-otel-grpc"
+            ),
+            options=[
+                ("grpc.max_receive_message_length", self._max_recv_bytes),
+                ("grpc.max_send_message_length", 4 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        handler = grpc.method_handlers_generic_handler(
+            "opentelemetry.proto.collector.trace.v1.TraceService",
+            {
+                "Export": grpc.unary_unary_rpc_method_handler(
+                    self._export, request_deserializer=None, response_serializer=None
+                )
+            },
+        )
+        server.add_generic_rpc_handlers((handler,))
+        for add in self._add_services:
+            add(server)
+        bound: int = server.add_insecure_port(f"{_bracket(host)}:{port}")
+        if bound == 0:
+            raise OSError(f"gRPC receiver: cannot listen on {self.endpoint}")
+        server.start()
+        self._server = server
+        self.port = bound
+        log.info("OTLP/gRPC receiver listening", extra={"endpoint": f"{host}:{bound}",
+                                                        "method": EXPORT_METHOD})
+        return bound
+
+    def _export(self, request: bytes, context: Any) -> bytes:
+        import grpc
+
+        try:
+            outcome = self._accept(request)
+        except Exception:
+            log.exception("gRPC receiver: accept failed")
+            outcome = Outcome("full", "internal error; try again")
+        if outcome.ok:
+            return b""
+        if outcome.kind == "malformed":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, outcome.message)
+        context.set_trailing_metadata(
+            (
+                (RETRY_INFO_KEY, _retry_info_bytes(outcome.retry_after_s)),
+                (
+                    STATUS_DETAILS_KEY,
+                    _status_bytes(_CODE_UNAVAILABLE, outcome.message, outcome.retry_after_s),
+                ),
+            )
+        )
+        context.abort(grpc.StatusCode.UNAVAILABLE, outcome.message)
+        return b""  # not reached: abort raises
+
+    def stop(self, grace_s: float | None = 1.0) -> None:
+        """Stops accepting; calls in flight get `grace_s` to finish."""
+        server = self._server
+        if server is not None:
+            server.stop(grace_s).wait((grace_s or 0) + 5)
+            self._server = None
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+# --- HTTP ----------------------------------------------------------------------------------
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    receiver: HttpReceiver
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HttpServer
+    protocol_version = "HTTP/1.1"
+    server_version = "attest-otel"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http %s - %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        receiver = self.server.receiver
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":
+            self._plain(200, b"ok\n")
+        elif path == "/readyz":
+            ready, why = receiver.ready()
+            self._plain(200 if ready else 503, (why or "ready").encode() + b"\n")
+        else:
+            self._plain(404, b"not found\n")
+
+    def do_POST(self) -> None:
+        receiver = self.server.receiver
+        media = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        is_json = media == _JSON_TYPE
+        length_header = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked" or length_header is None:
+            receiver.count_rejection("length_required")
+            self._status(411, _CODE_INVALID_ARGUMENT, "Content-Length is required", is_json,
+                         close=True)
+            return
+        try:
+            length = int(length_header)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            receiver.count_rejection("malformed")
+            self._status(400, _CODE_INVALID_ARGUMENT, "bad Content-Length", is_json, close=True)
+            return
+        limit = receiver.max_body_bytes
+        if length > limit:
+            receiver.count_rejection("too_large")
+            close = length > _DISCARD_LIMIT
+            if not close:
+                self._discard(length)
+            self._status(413, _CODE_RESOURCE_EXHAUSTED,
+                         f"body of {length} bytes is over the {limit}-byte limit", is_json,
+                         close=close)
+            return
+        body = self.rfile.read(length)
+        if self.path.split("?", 1)[0].rstrip("/") != "/v1/traces":
+            self._status(404, _CODE_INVALID_ARGUMENT, f"no OTLP signal at {self.path}", is_json)
+            return
+        if media not in _PROTOBUF_TYPES and not is_json:
+            receiver.count_rejection("unsupported_media_type")
+            self._status(415, _CODE_INVALID_ARGUMENT,
+                         f"unsupported content type {media or '(none)'!r}; use "
+                         "application/x-protobuf or application/json", False)
+            return
+        encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+        if encoding == "gzip":
+            try:
+                body = _gunzip(body, limit)
+            except _TooLarge:
+                receiver.count_rejection("too_large")
+                self._status(413, _CODE_RESOURCE_EXHAUSTED,
+                             f"body inflates to more than {limit} bytes", is_json)
+                return
+            except ValueError as e:
+                receiver.count_rejection("malformed")
+                self._status(400, _CODE_INVALID_ARGUMENT, str(e), is_json)
+                return
+        elif encoding != "identity":
+            receiver.count_rejection("unsupported_media_type")
+            self._status(415, _CODE_INVALID_ARGUMENT,
+                         f"unsupported content encoding {encoding!r}; use gzip", is_json)
+            return
+        if is_json:
+            try:
+                body = otlp_json_to_protobuf(body)
+            except ValueError as e:
+                receiver.count_rejection("malformed")
+                self._status(400, _CODE_INVALID_ARGUMENT, str(e), True)
+                return
+        try:
+            outcome = receiver.accept(body)
+        except Exception:
+            log.exception("HTTP receiver: accept failed")
+            outcome = Outcome("full", "internal error; try again")
+        if outcome.ok:
+            payload = b"{}" if is_json else b""
+            self._send(200, _JSON_TYPE if is_json else _PROTOBUF_TYPES[0], payload)
+        elif outcome.kind == "malformed":
+            self._status(400, _CODE_INVALID_ARGUMENT, outcome.message, is_json)
+        else:
+            self._status(503, _CODE_UNAVAILABLE, outcome.message, is_json,
+                         retry_after_s=outcome.retry_after_s)
+
+    def _discard(self, length: int) -> None:
+        left = length
+        while left > 0:
+            chunk = self.rfile.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            left -= len(chunk)
+
+    def _status(
+        self,
+        http_status: int,
+        code: int,
+        message: str,
+        is_json: bool,
+        *,
+        retry_after_s: float | None = None,
+        close: bool = False,
+    ) -> None:
+        if is_json:
+            body, ctype = _status_json(code, message), _JSON_TYPE
+        else:
+            body, ctype = _status_bytes(code, message), _PROTOBUF_TYPES[0]
+        extra: list[tuple[str, str]] = []
+        if retry_after_s is not None:
+            extra.append(("Retry-After", str(max(1, round(retry_after_s)))))
+        self._send(http_status, ctype, body, extra, close=close)
+
+    def _plain(self, status: int, body: bytes) -> None:
+        self._send(status, "text/plain; charset=utf-8", body)
+
+    def _send(
+        self,
+        status: int,
+        ctype: str,
+        body: bytes,
+        extra: Sequence[tuple[str, str]] = (),
+        *,
+        close: bool = False,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in extra:
+            self.send_header(key, value)
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    """Inflates every gzip member, refusing to produce more than `limit` bytes."""
+    out: list[bytes] = []
+    total = 0
+    rest = data
+    while rest:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            chunk = inflater.decompress(rest, limit - total + 1)
+        except zlib.error as e:
+            raise ValueError(f"invalid gzip body: {e}") from None
+        total += len(chunk)
+        if total > limit:
+            raise _TooLarge
+        if not inflater.eof:
+            raise ValueError("truncated gzip body")
+        out.append(chunk)
+        rest = inflater.unused_data
+    return b"".join(out)
+
+
+class HttpReceiver:
+    """OTLP/HTTP + `/healthz` + `/readyz` on `endpoint` (stdlib server, a thread per
+    connection: pipeline.md measured it above what the rest of the sidecar can take)."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        accept: Accept,
+        *,
+        max_body_bytes: int = 20 * 1024 * 1024,
+        ready: Callable[[], tuple[bool, str]] = lambda: (True, ""),
+        on_rejection: Callable[[str], None] = lambda reason: None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.accept = accept
+        self.max_body_bytes = max_body_bytes
+        self.ready = ready
+        self.count_rejection = on_rejection
+        self._server: _HttpServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    def start(self) -> int:
+        host, port = parse_host_port(self.endpoint)
+        server = _HttpServer((host, port), _Handler)
+        server.receiver = self
+        self.port = int(server.server_address[1])
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.2},
+            name="attest-otel-http", daemon=True,
+        )
+        thread.start()
+        self._server = server
+        self._thread = thread
+        log.info("OTLP/HTTP receiver listening",
+                 extra={"endpoint": f"{host}:{self.port}", "path": "/v1/traces"})
+        return self.port
+
+    def stop(self) -> None:
+        """Stops accepting connections (requests already being read still get an answer)."""
+        server = self._server
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None

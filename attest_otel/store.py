@@ -1,0 +1,371 @@
+"""The embedded store: recent GenAI traces and their grades, in one SQLite file.
+
+It is what makes `attest-otel grade --trace-id` work on one machine with nothing else
+installed. Traces are kept as OTLP protobuf (`TracesData`, the spans as they arrived), so
+the same decoder that reads files reads them back; grades are the `CheckResult` JSON of
+each run, keyed by the run's agent span.
+
+SQLite in WAL mode lets the CLI read while the sidecar writes. The sidecar writes from one
+thread (`StoreWriter`), so grading never waits on the disk and a slow or full disk costs
+store entries (counted), never telemetry. Retention is by age and by total size of the
+trace data, oldest first, checked every `prune_every` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attest_otel.errors import SourceError
+
+__all__ = ["StoreWriter", "StoredGrade", "StoredTrace", "TraceStore"]
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS traces (
+    trace_id    TEXT PRIMARY KEY,
+    first_ns    INTEGER NOT NULL,
+    updated_ns  INTEGER NOT NULL,
+    span_count  INTEGER NOT NULL,
+    size_bytes  INTEGER NOT NULL,
+    data        BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS traces_by_age ON traces (updated_ns);
+CREATE TABLE IF NOT EXISTS grades (
+    trace_id    TEXT NOT NULL,
+    span_id     TEXT NOT NULL,
+    agent       TEXT,
+    graded_ns   INTEGER NOT NULL,
+    verdict     TEXT NOT NULL,
+    score       REAL NOT NULL,
+    result      TEXT NOT NULL,
+    PRIMARY KEY (trace_id, span_id)
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredGrade:
+    """One graded run: `span_id` is the run's agent span (hex), `result` the CheckResult JSON."""
+
+    trace_id: str
+    span_id: str
+    agent: str | None
+    graded_ns: int
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTrace:
+    trace_id: str
+    data: bytes
+    """OTLP `TracesData` (= `ExportTraceServiceRequest`) protobuf bytes."""
+    span_count: int
+    first_ns: int
+    updated_ns: int
+    grades: tuple[StoredGrade, ...]
+
+
+class TraceStore:
+    """One SQLite connection; safe to share between threads (calls are serialised)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_age_s: float | None = None,
+        max_bytes: int | None = None,
+        readonly: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.max_age_s = max_age_s
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        if readonly:
+            if not self.path.is_file():
+                raise SourceError(f"{self.path}: no trace store here (is `attest-otel serve` "
+                                  "writing to another --store?)")
+            uri = f"file:{self.path}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=10)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._db.commit()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> TraceStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def put_trace(
+        self,
+        trace_id: str,
+        data: bytes,
+        span_count: int,
+        grades: Sequence[StoredGrade] = (),
+        *,
+        now_ns: int | None = None,
+    ) -> None:
+        """Adds the spans to the trace (appending if it is already stored) and its grades
+        (replacing earlier grades of the same runs)."""
+        self.put_many([(trace_id, data, span_count, grades)], now_ns=now_ns)
+
+    def put_many(
+        self,
+        items: Sequence[tuple[str, bytes, int, Sequence[StoredGrade]]],
+        *,
+        now_ns: int | None = None,
+    ) -> None:
+        """`put_trace` for several traces in one transaction (one commit, not one each)."""
+        now = time.time_ns() if now_ns is None else now_ns
+        with self._lock, self._db:
+            for trace_id, data, span_count, grades in items:
+                self._put(trace_id, data, span_count, grades, now)
+
+    def _put(self, trace_id: str, data: bytes, span_count: int,
+             grades: Sequence[StoredGrade], now: int) -> None:
+        # Appending in Python, not with SQL's `||`, which turns BLOBs into text.
+        row = self._db.execute(
+            "SELECT data FROM traces WHERE trace_id = ?", (trace_id,)).fetchone()
+        if row is None:
+            self._db.execute(
+                "INSERT INTO traces"
+                " (trace_id, first_ns, updated_ns, span_count, size_bytes, data)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (trace_id, now, now, span_count, len(data), data),
+            )
+        elif data:
+            merged = bytes(row[0]) + data
+            self._db.execute(
+                "UPDATE traces SET updated_ns = ?, span_count = span_count + ?,"
+                " size_bytes = ?, data = ? WHERE trace_id = ?",
+                (now, span_count, len(merged), merged, trace_id),
+            )
+        if grades:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO grades"
+                " (trace_id, span_id, agent, graded_ns, verdict, score, result)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        g.trace_id,
+                        g.span_id,
+                        g.agent,
+                        g.graded_ns,
+                        str(g.result.get("verdict", "")),
+                        float(g.result.get("score", 0.0)),
+                        json.dumps(g.result, ensure_ascii=False),
+                    )
+                    for g in grades
+                ],
+            )
+
+    def prune(self, *, now_ns: int | None = None) -> int:
+        """Deletes traces past the age limit, then the oldest until under the size limit."""
+        now = time.time_ns() if now_ns is None else now_ns
+        removed = 0
+        with self._lock, self._db:
+            if self.max_age_s is not None:
+                cutoff = now - int(self.max_age_s * 1e9)
+                old = [r[0] for r in self._db.execute(
+                    "SELECT trace_id FROM traces WHERE updated_ns < ?", (cutoff,))]
+                removed += self._delete(old)
+            if self.max_bytes is not None:
+                total = self._db.execute(
+                    "SELECT COALESCE(SUM(size_bytes), 0) FROM traces").fetchone()[0]
+                if total > self.max_bytes:
+                    doomed: list[str] = []
+                    for trace_id, size in self._db.execute(
+                        "SELECT trace_id, size_bytes FROM traces ORDER BY updated_ns"
+                    ):
+                        if total <= self.max_bytes:
+                            break
+                        doomed.append(trace_id)
+                        total -= size
+                    removed += self._delete(doomed)
+        return removed
+
+    def _delete(self, trace_ids: list[str]) -> int:
+        for i in range(0, len(trace_ids), 500):
+            chunk = trace_ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            self._db.execute(f"DELETE FROM traces WHERE trace_id IN ({marks})", chunk)
+            self._db.execute(f"DELETE FROM grades WHERE trace_id IN ({marks})", chunk)
+        return len(trace_ids)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def get_trace(self, trace_id: str) -> StoredTrace | None:
+        key = trace_id.strip().lower()
+        with self._lock:
+            row = self._db.execute(
+                "SELECT trace_id, data, span_count, first_ns, updated_ns FROM traces"
+                " WHERE trace_id = ?",
+                (key,),
+            ).fetchone()
+            if row is None:
+                return None
+            grades = tuple(
+                StoredGrade(r[0], r[1], r[2], r[3], json.loads(r[4]))
+                for r in self._db.execute(
+                    "SELECT trace_id, span_id, agent, graded_ns, result FROM grades"
+                    " WHERE trace_id = ? ORDER BY graded_ns, span_id",
+                    (key,),
+                )
+            )
+        return StoredTrace(row[0], bytes(row[1]), row[2], row[3], row[4], grades)
+
+    def trace_ids(self, limit: int = 100) -> list[str]:
+        """The most recently updated trace ids, newest first."""
+        with self._lock:
+            return [r[0] for r in self._db.execute(
+                "SELECT trace_id FROM traces ORDER BY updated_ns DESC LIMIT ?", (limit,))]
+
+    def stats(self) -> tuple[int, int]:
+        """(traces, bytes of trace data)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size_bytes), 0) FROM traces").fetchone()
+        return int(row[0]), int(row[1])
+
+
+@dataclass(frozen=True, slots=True)
+class _Put:
+    trace_id: str
+    data: bytes
+    span_count: int
+    grades: tuple[StoredGrade, ...]
+
+
+class StoreWriter:
+    """Writes to a `TraceStore` from its own thread, through a bounded queue.
+
+    `put` never blocks: when the queue is full the write is dropped and counted
+    (`dropped`), because the store is a convenience and must not slow the pipeline.
+    """
+
+    def __init__(self, store: TraceStore, *, max_pending: int = 10_000, prune_every: int = 500):
+        self.store = store
+        self.dropped = 0
+        self.errors = 0
+        self.written = 0
+        self._queue: queue.Queue[_Put | None] = queue.Queue(max_pending)
+        self._prune_every = prune_every
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="attest-otel-store", daemon=True
+            )
+            self._thread.start()
+
+    def put(
+        self, trace_id: str, data: bytes, span_count: int, grades: Sequence[StoredGrade] = ()
+    ) -> None:
+        try:
+            self._queue.put_nowait(_Put(trace_id, data, span_count, tuple(grades)))
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        since_prune = 0
+        while True:
+            first = self._queue.get()
+            batch = [first]
+            # Whatever queued meanwhile goes in the same transaction: one commit per batch.
+            while first is not None and len(batch) < 200:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            items = [i for i in batch if i is not None]
+            if items:
+                try:
+                    self.store.put_many(
+                        [(i.trace_id, i.data, i.span_count, i.grades) for i in items])
+                    self.written += len(items)
+                    since_prune += len(items)
+                    if since_prune >= self._prune_every:
+                        since_prune = 0
+                        self.store.prune()
+                except sqlite3.Error:
+                    self.errors += len(items)
+                    log.exception("store: could not write %d trace(s)", len(items))
+            if None in batch:
+                return
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Writes what is queued (up to `timeout_s`), prunes, and closes the store."""
+        thread = self._thread
+        if thread is not None:
+            try:
+                self._queue.put(None, timeout=timeout_s)
+            except queue.Full:
+                log.warning("store: queue still full at shutdown; %d writes lost",
+                            self._queue.qsize())
+            thread.join(timeout_s)
+            self._thread = None
+        try:
+            self.store.prune()
+        except sqlite3.Error:
+            log.exception("store: prune at shutdown failed")
+        self.store.close()
+
+
+def graded_runs(
+    trace: StoredTrace, *, policy: Any = None, judge: Any = None
+) -> list[tuple[Any, Any, bool]]:
+    """(Run, CheckResult, whether the grade came from the store) for each run of a stored
+    trace: the runs are rebuilt from the stored spans (so they carry their span ids, which
+    the grade span needs), and each takes the grade the sidecar stored for its agent span,
+    or is graded now (offline unless `judge`) when there is none."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from attest_otel.adapt import runs_from_spans
+    from attest_otel.grade.grader import grade
+    from attest_otel.ingest.decode import decode_request
+    from attest_otel.model import CheckResult, Finding
+
+    decoded = decode_request(ExportTraceServiceRequest.FromString(trace.data),
+                             source=f"store trace {trace.trace_id}")
+    stored = {g.span_id: g.result for g in trace.grades}
+    out: list[tuple[Any, Any, bool]] = []
+    for trace_runs in runs_from_spans(decoded.spans, decoded.logs, policy=policy):
+        for run in trace_runs.runs:
+            data = stored.get(run.span_id or "")
+            if data is not None:
+                result = CheckResult(
+                    check=data["check"],
+                    passed=data["passed"],
+                    verdict=data["verdict"],
+                    score=data["score"],
+                    summary=data["summary"],
+                    findings=[Finding(**f) for f in data.get("findings", [])],
+                    metadata=dict(data.get("metadata") or {}),
+                )
+                out.append((run, result, True))
+            else:
+                out.append((run, grade(run, judge=judge), False))
+    return out
