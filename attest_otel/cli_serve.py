@@ -53,6 +53,10 @@ def _quote(value: Any) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def _text(path: Path | None) -> str | None:
+    return str(path) if path else None
+
+
 def setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(LogfmtFormatter())
@@ -80,6 +84,24 @@ def setup_logging(level: str) -> None:
 @click.option("--prometheus", help="Serve /metrics on HOST:PORT.")
 @click.option("--buffer-dir", type=click.Path(path_type=Path),
               help="Write held and queued spans here before answering; replayed on start.")
+@click.option("--tls-cert-file", type=click.Path(path_type=Path),
+              help="Receivers' TLS certificate (PEM); with --tls-key-file turns TLS on.")
+@click.option("--tls-key-file", type=click.Path(path_type=Path),
+              help="Receivers' TLS private key (PEM).")
+@click.option("--tls-client-ca-file", type=click.Path(path_type=Path),
+              help="Require client certificates signed by this CA (mTLS).")
+@click.option("--auth-token-file", type=click.Path(path_type=Path),
+              help="File holding the bearer token senders must give "
+                   "(Authorization: Bearer <token>).")
+@click.option("--forward-ca-file", type=click.Path(path_type=Path),
+              help="CA (PEM) the next hop's certificate is checked against; turns TLS on.")
+@click.option("--forward-cert-file", type=click.Path(path_type=Path),
+              help="Client certificate (PEM) for mTLS to the next hop.")
+@click.option("--forward-key-file", type=click.Path(path_type=Path),
+              help="Client private key (PEM) for mTLS to the next hop.")
+@click.option("--content", type=click.Choice(["keep", "truncate", "drop"]),
+              help="Run content (tool outputs, answers, evidence) in events, logs and model "
+                   "prompts [keep].")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def serve(
@@ -92,6 +114,14 @@ def serve(
     policy: Path | None,
     prometheus: str | None,
     buffer_dir: Path | None,
+    tls_cert_file: Path | None,
+    tls_key_file: Path | None,
+    tls_client_ca_file: Path | None,
+    auth_token_file: Path | None,
+    forward_ca_file: Path | None,
+    forward_cert_file: Path | None,
+    forward_key_file: Path | None,
+    content: str | None,
     log_level: str,
 ) -> None:
     """Grade agent runs in an OTLP pipeline: receive, hold per trace, grade, annotate, forward.
@@ -114,6 +144,14 @@ def serve(
             "policy": str(policy) if policy else None,
             "prometheus": prometheus,
             "buffer_dir": str(buffer_dir) if buffer_dir else None,
+            "tls_cert_file": _text(tls_cert_file),
+            "tls_key_file": _text(tls_key_file),
+            "tls_client_ca_file": _text(tls_client_ca_file),
+            "auth_token_file": _text(auth_token_file),
+            "forward_ca_file": _text(forward_ca_file),
+            "forward_cert_file": _text(forward_cert_file),
+            "forward_key_file": _text(forward_key_file),
+            "content": content,
         },
     )
     log = logging.getLogger("attest_otel.serve")

@@ -286,10 +286,15 @@ def parse_tools_value(value: Any) -> list[str] | None:
     Anything else is ignored (logged), because a bad attribute on one span must not stop
     grading the others; the policy file is where strictness belongs.
     """
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= CACHED_TEXT_CHARS:
         cached = _tools_from_text(value)
         return None if cached is None else list(cached)
     return _parse_tools(value)
+
+
+CACHED_TEXT_CHARS = 65_536
+"""Attribute texts longer than this are parsed each time, not cached: a process-wide cache of
+256 texts must not pin 256 hostile multi-megabyte strings."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -303,7 +308,7 @@ def _parse_tools(value: Any) -> list[str] | None:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             log.debug("attest.allowed_tools is not JSON: %.80r", value)
             return None
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
@@ -314,7 +319,7 @@ def _parse_tools(value: Any) -> list[str] | None:
 
 def parse_fallbacks_value(value: Any) -> dict[str, list[str]] | None:
     """`attest.tool_fallbacks` as a span gives it: a JSON object string (or a decoded map)."""
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= CACHED_TEXT_CHARS:
         cached = _fallbacks_from_text(value)
         return None if cached is None else {k: list(v) for k, v in cached}
     return _parse_fallbacks(value)
@@ -330,7 +335,7 @@ def _parse_fallbacks(value: Any) -> dict[str, list[str]] | None:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             log.debug("attest.tool_fallbacks is not JSON: %.80r", value)
             return None
     if not isinstance(value, dict):

@@ -36,8 +36,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attest_otel.export.forward import Forwarder, ForwardItem, ForwardSettings
+from attest_otel.export.results import ContentPolicy, set_content_policy
 from attest_otel.ingest.buffer import BufferLimits, HeldTrace, TraceBuffer
-from attest_otel.ingest.receivers import OK, GrpcReceiver, HttpReceiver, Outcome
+from attest_otel.ingest.receivers import (
+    OK,
+    GrpcReceiver,
+    HttpReceiver,
+    Outcome,
+    TlsFiles,
+    TokenCheck,
+    exposure_warning,
+)
 from attest_otel.ingest.wal import DurableLog
 from attest_otel.ingest.wire import (
     GENAI_KEY_BYTES,
@@ -48,7 +57,7 @@ from attest_otel.ingest.wire import (
     split_request,
 )
 from attest_otel.model import CheckResult, Run, Step, ToolCall
-from attest_otel.service_config import ServiceConfig
+from attest_otel.service_config import ServiceConfig, read_token
 from attest_otel.store import StoredGrade, StoreWriter, TraceStore
 
 __all__ = [
@@ -377,7 +386,16 @@ _WORKER_POLICY: Any = None
 _WORKER_TELEMETRY: Any = None
 
 
-def _init_worker(policy_path: str | None, log_events: dict[str, Any] | None) -> None:
+def _content_policy(config: ServiceConfig) -> ContentPolicy:
+    mode = config.content.mode
+    return ContentPolicy(
+        "drop" if mode == "drop" else "truncate" if mode == "truncate" else "keep",
+        config.content.max_chars,
+    )
+
+
+def _init_worker(policy_path: str | None, log_events: dict[str, Any] | None,
+                 content: ContentPolicy | None = None) -> None:
     """Runs once in each grading process (spawned: no inherited threads or sockets).
 
     `log_events` holds `build_telemetry` arguments when the grade log events are on: each
@@ -389,6 +407,8 @@ def _init_worker(policy_path: str | None, log_events: dict[str, Any] | None) -> 
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if content is not None:
+        set_content_policy(content)
     if policy_path is not None:
         from attest_otel.config import load_policy
 
@@ -508,10 +528,16 @@ class Pipeline:
         self.retry_after_s = retry_after_s
         self.max_backlog_spans = max_backlog_spans
         self.closing = False
+        self.disk_error: str | None = None
+        self._disk_refused = 0
+        self._disk_logged = 0.0
+        self._disk_failed_at = 0.0
 
     def ready(self) -> tuple[bool, str]:
         if self.closing:
             return False, "shutting down"
+        if self.disk_error is not None and time.monotonic() - self._disk_failed_at < 5.0:
+            return False, f"buffer-dir: {self.disk_error}"
         if not self.has_room(1, 0):
             return False, "forward queue or grading backlog full"
         return True, ""
@@ -541,9 +567,36 @@ class Pipeline:
         if not self.has_room(spans, len(data)):
             self.stats.reject("queue_full")
             return Outcome("full", "forward queue full; retry later", self.retry_after_s)
-        record = self.wal.append(data) if self.wal is not None else None
+        record: int | None = None
+        if self.wal is not None:
+            try:
+                record = self.wal.append(data)
+            except OSError as e:
+                self.stats.reject("buffer_dir_error")
+                self._disk_error(e)
+                return Outcome("full", f"cannot persist the request under --buffer-dir "
+                                       f"({e.strerror or e}); retry later", self.retry_after_s)
+            if self.disk_error is not None:
+                log.warning("buffer-dir: writing again after %d refused request(s)",
+                            self._disk_refused)
+                self.disk_error = None
+                self._disk_refused = 0
         self.route(data, groups, spans, record)
         return OK
+
+    def _disk_error(self, error: OSError) -> None:
+        """One clear line when the buffer dir starts failing, then one per 10 s at most."""
+        now = time.monotonic()
+        self._disk_failed_at = now
+        self._disk_refused += 1
+        if self.disk_error is None or now - self._disk_logged >= 10.0:
+            log.error(
+                "buffer-dir: cannot persist a request (%s); answering 'retry later' until "
+                "it can (%d refused so far)", error.strerror or error, self._disk_refused,
+                extra={"dir": str(self.wal.dir) if self.wal is not None else ""},
+            )
+            self._disk_logged = now
+        self.disk_error = error.strerror or str(error)
 
     def classify(self, data: bytes, groups: Sequence[ScopeGroup]) -> set[bytes]:
         """Raw ids of the traces that have a GenAI candidate span in this request.
@@ -621,6 +674,9 @@ class Service:
                 max_request_bytes=fwd.max_request_bytes,
                 initial_backoff_s=fwd.initial_backoff_s,
                 max_backoff_s=fwd.max_backoff_s,
+                tls_ca_file=fwd.tls_ca_file,
+                tls_cert_file=fwd.tls_cert_file,
+                tls_key_file=fwd.tls_key_file,
             ),
             on_done=self.wal.release if self.wal is not None else None,
         )
@@ -670,6 +726,7 @@ class Service:
         from attest_otel.export.telemetry import build_telemetry
 
         config = self.config
+        set_content_policy(_content_policy(config))
         if config.grading.policy is not None:
             self.policy = load_policy(config.grading.policy)
         model = config.grading.model
@@ -685,7 +742,11 @@ class Service:
             client = getattr(env_judge, "_client", None)
             if client is not None:
                 judge = AnthropicJudge(client, model.model,
-                                       max_concurrency=model.max_concurrency)
+                                       max_concurrency=model.max_concurrency,
+                                       content=config.content.mode,
+                                       max_chars=config.content.max_chars)
+            elif config.content.mode != "keep":
+                raise UsageError("content.mode drop/truncate needs the Anthropic judge")
             self.gate = ModelGate(
                 judge,
                 sample_rate=model.sample_rate,
@@ -759,7 +820,8 @@ class Service:
             max_workers=count,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
-            initargs=(str(policy) if policy is not None else None, log_events),
+            initargs=(str(policy) if policy is not None else None, log_events,
+                      _content_policy(self.config)),
         )
         try:
             for warmed in [pool.submit(_warm_worker) for _ in range(count)]:
@@ -828,12 +890,29 @@ class Service:
                 for record, data in replay:
                     self._replay(record, data)
             rc = self.config.receivers
+            tls = (
+                TlsFiles(rc.tls_cert_file, rc.tls_key_file, rc.tls_client_ca_file)
+                if rc.tls_cert_file is not None and rc.tls_key_file is not None
+                else None
+            )
+            token = (
+                TokenCheck(read_token(rc.auth_token_file))
+                if rc.auth_token_file is not None
+                else None
+            )
+            warning = exposure_warning((rc.grpc_endpoint, rc.http_endpoint),
+                                       tls=tls is not None, token=token is not None)
+            if warning:
+                log.warning(warning)
             self.grpc = GrpcReceiver(
                 rc.grpc_endpoint,
                 self.pipeline.accept,
                 max_recv_bytes=rc.grpc_max_recv_bytes,
                 workers=rc.grpc_workers,
                 add_services=[self._add_grader_api],
+                tls=tls,
+                token=token,
+                on_rejection=self.stats.reject,
             )
             self.grpc.start()
             self.http = HttpReceiver(
@@ -842,6 +921,8 @@ class Service:
                 max_body_bytes=rc.http_max_body_bytes,
                 ready=self.pipeline.ready,
                 on_rejection=self.stats.reject,
+                tls=tls,
+                token=token,
             )
             self.http.start()
         except BaseException:

@@ -33,8 +33,10 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from attest_otel.errors import PolicyError
 
 __all__ = [
+    "CONTENT_MODES",
     "DEFAULTS",
     "BufferConfig",
+    "ContentConfig",
     "ForwardConfig",
     "GradingConfig",
     "ModelConfig",
@@ -60,6 +62,12 @@ DEFAULTS: dict[str, Any] = {
             "endpoint": "127.0.0.1:4318",
             "max_request_body_size_mib": 20.0,
         },
+        "tls": {
+            "cert_file": None,
+            "key_file": None,
+            "client_ca_file": None,  # set: clients must present a certificate it signed
+        },
+        "auth_token_file": None,
     },
     "forward": {
         "endpoint": None,
@@ -75,6 +83,11 @@ DEFAULTS: dict[str, Any] = {
         "initial_backoff_s": 0.5,
         "max_backoff_s": 30.0,
         "retry_after_s": 1.0,
+        "tls": {
+            "ca_file": None,  # any tls key set (or an https:// endpoint): TLS to the next hop
+            "cert_file": None,
+            "key_file": None,
+        },
     },
     "buffer": {
         "grace_s": 1.0,
@@ -118,6 +131,10 @@ DEFAULTS: dict[str, Any] = {
     },
     "shutdown": {
         "deadline_s": 20.0,
+    },
+    "content": {
+        "mode": "keep",  # keep | truncate | drop: run content in events, logs, model prompts
+        "max_chars": 256,
     },
 }
 """Every key the file may have, with its default. A None default means "not set"."""
@@ -166,6 +183,10 @@ class ReceiversConfig:
     grpc_workers: int
     http_endpoint: str
     http_max_body_bytes: int
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    auth_token_file: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +204,9 @@ class ForwardConfig:
     initial_backoff_s: float
     max_backoff_s: float
     retry_after_s: float
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +261,12 @@ class TelemetryConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ContentConfig:
+    mode: str = "keep"
+    max_chars: int = 256
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceConfig:
     receivers: ReceiversConfig
     forward: ForwardConfig
@@ -245,6 +275,7 @@ class ServiceConfig:
     store: StoreConfig
     telemetry: TelemetryConfig
     shutdown_deadline_s: float
+    content: ContentConfig = field(default_factory=ContentConfig)
     source: str = "<defaults>"
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -260,11 +291,20 @@ FLAG_KEYS: dict[str, tuple[str, ...]] = {
     "policy": ("grading", "policy"),
     "prometheus": ("telemetry", "prometheus"),
     "buffer_dir": ("buffer", "dir"),
+    "tls_cert_file": ("receivers", "tls", "cert_file"),
+    "tls_key_file": ("receivers", "tls", "key_file"),
+    "tls_client_ca_file": ("receivers", "tls", "client_ca_file"),
+    "auth_token_file": ("receivers", "auth_token_file"),
+    "forward_ca_file": ("forward", "tls", "ca_file"),
+    "forward_cert_file": ("forward", "tls", "cert_file"),
+    "forward_key_file": ("forward", "tls", "key_file"),
+    "content": ("content", "mode"),
 }
 """`serve` flag -> the config key it overrides."""
 
 _PROTOCOLS = ("grpc", "http/protobuf")
 _COMPRESSIONS = ("none", "gzip")
+CONTENT_MODES = ("keep", "truncate", "drop")
 
 
 def load_service_config(
@@ -505,6 +545,21 @@ class _Fields:
             return choices[0]
         return value
 
+    def file(self, path: str) -> Path | None:
+        """An optional path to a readable, non-empty file."""
+        value = self.text(path, optional=True)
+        if value is None:
+            return None
+        file = Path(value).expanduser()
+        try:
+            if file.stat().st_size == 0:
+                self.problem(path, f"{file} is empty")
+            with file.open("rb"):
+                pass
+        except OSError as e:
+            self.problem(path, f"cannot read {file}: {e.strerror or e}")
+        return file
+
     def address(self, path: str, *, optional: bool = False) -> str | None:
         value = self.text(path, optional=optional)
         if value is None:
@@ -527,7 +582,18 @@ def _build(
         grpc_workers=f.integer("receivers.grpc.workers"),
         http_endpoint=f.address("receivers.http.endpoint") or "",
         http_max_body_bytes=int(f.number("receivers.http.max_request_body_size_mib") * mib),
+        tls_cert_file=f.file("receivers.tls.cert_file"),
+        tls_key_file=f.file("receivers.tls.key_file"),
+        tls_client_ca_file=f.file("receivers.tls.client_ca_file"),
+        auth_token_file=f.file("receivers.auth_token_file"),
     )
+    if (receivers.tls_cert_file is None) != (receivers.tls_key_file is None):
+        f.problem("receivers.tls", "cert_file and key_file go together: set both or neither")
+    if receivers.tls_client_ca_file is not None and receivers.tls_cert_file is None:
+        f.problem("receivers.tls.client_ca_file", "needs receivers.tls.cert_file and key_file")
+    if receivers.auth_token_file is not None and not _token_ok(receivers.auth_token_file):
+        f.problem("receivers.auth_token_file",
+                  "must hold one token of printable ASCII (no spaces)")
     if receivers.grpc_endpoint and receivers.grpc_endpoint == receivers.http_endpoint:
         f.problem("receivers.http.endpoint", "is the same address as receivers.grpc.endpoint")
     endpoint = f.text("forward.endpoint", optional=True)
@@ -553,7 +619,12 @@ def _build(
         initial_backoff_s=f.number("forward.initial_backoff_s"),
         max_backoff_s=f.number("forward.max_backoff_s"),
         retry_after_s=f.number("forward.retry_after_s"),
+        tls_ca_file=f.file("forward.tls.ca_file"),
+        tls_cert_file=f.file("forward.tls.cert_file"),
+        tls_key_file=f.file("forward.tls.key_file"),
     )
+    if (forward.tls_cert_file is None) != (forward.tls_key_file is None):
+        f.problem("forward.tls", "cert_file and key_file go together: set both or neither")
     if forward.max_batch_bytes > forward.max_request_bytes:
         f.problem("forward.max_batch_size_kib", "must not exceed forward.max_request_size_mib")
     if forward.initial_backoff_s > forward.max_backoff_s:
@@ -613,6 +684,10 @@ def _build(
         timeout_s=f.number("telemetry.timeout_s"),
     )
     deadline = f.number("shutdown.deadline_s")
+    content = ContentConfig(
+        mode=f.choice("content.mode", CONTENT_MODES),
+        max_chars=f.integer("content.max_chars", minimum=16),
+    )
     if checker.problems:
         return None
     return ServiceConfig(
@@ -623,9 +698,23 @@ def _build(
         store=store,
         telemetry=telemetry,
         shutdown_deadline_s=deadline,
+        content=content,
         source=source,
         raw=tree,
     )
+
+
+def read_token(path: Path) -> str:
+    """The bearer token in `path`: its text, stripped of surrounding whitespace."""
+    return path.read_text(encoding="ascii", errors="replace").strip()
+
+
+def _token_ok(path: Path) -> bool:
+    try:
+        token = read_token(path)
+    except OSError:
+        return True  # already reported by _Fields.file
+    return bool(token) and all(33 <= ord(c) < 127 for c in token)
 
 
 def _check_not_self(f: _Fields, endpoint: str, receivers: ReceiversConfig) -> None:

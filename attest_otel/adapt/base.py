@@ -169,7 +169,7 @@ def loads_lenient(value: Any) -> Any:
     if text[0] in '[{"-0123456789' or text in ("true", "false", "null"):
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, cut JSON, or nested too deeply
             return value
     return value
 
@@ -181,7 +181,7 @@ def loads_structured(value: Any) -> Any:
         if text[:1] in ("[", "{"):
             try:
                 return json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return value
     return value
 

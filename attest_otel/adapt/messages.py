@@ -37,6 +37,10 @@ _ROLE_ALIASES = {
 }
 
 
+CACHED_TEXT_CHARS = 65_536
+"""Texts longer than this are parsed each time: the caches below live as long as the process
+and must not pin hostile multi-megabyte strings."""
+
 _BLOCK_ROLES = ("assistant", "tool", "user", "system")
 """Roles whose string content may be a JSON array of content blocks (Strands, OpenLLMetry)."""
 
@@ -393,7 +397,7 @@ def _langchain_plain(item: dict[str, Any]) -> Message | None:
 
 def parse_system(value: Any) -> str | None:
     """System instructions: a string, a list of parts, or a list of strings."""
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= CACHED_TEXT_CHARS:
         return _system_from_text(value)
     return _parse_system(value)
 
@@ -421,7 +425,7 @@ def parse_tool_definitions(value: Any) -> list[dict[str, Any]] | None:
     A JSON string's result is cached and shared (the definitions repeat on every model span):
     callers copy the list before changing it and never change the definitions.
     """
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= CACHED_TEXT_CHARS:
         return _tool_definitions_from_text(value)
     return _parse_tool_definitions(value)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attest_otel.adapt import guard
 from attest_otel.adapt.base import (
     ANSWER,
     INPUT,
@@ -68,6 +69,9 @@ class TraceRuns:
     trace_id: str
     runs: list[Run]
     dialects: list[str]
+    anomalies: dict[str, int] = field(default_factory=dict)
+    """What was wrong with the trace and how it was handled, by kind (see `guard`): e.g.
+    `{"duplicate_span_ids": 2, "parent_cycles": 1}`. Empty for a sound trace."""
 
 
 def runs_from_spans(
@@ -94,7 +98,23 @@ def runs_from_spans(
         if record.span_id:
             span_logs.setdefault((record.trace_id, record.span_id), []).append(record)
     settings = _Settings(policy or Policy.empty(), allowed_tools, fallbacks or None)
-    return [_Trace(tid, tspans, span_logs, settings).build() for tid, tspans in traces.items()]
+    return [_build(tid, tspans, span_logs, settings) for tid, tspans in traces.items()]
+
+
+def _build(
+    trace_id: str,
+    spans: list[Span],
+    logs: dict[tuple[str, str], list[LogRecord]],
+    settings: _Settings,
+) -> TraceRuns:
+    """One trace's runs; a trace the assembler cannot handle costs only itself."""
+    try:
+        return _Trace(trace_id, spans, logs, settings).build()
+    except RecursionError:
+        log.error("trace %s: nested too deeply to rebuild its runs", trace_id)
+    except Exception:
+        log.error("trace %s: could not rebuild its runs", trace_id, exc_info=True)
+    return TraceRuns(trace_id, [], [], {guard.ADAPTER_ERRORS: 1})
 
 
 def runs_from_file(
@@ -133,7 +153,7 @@ class _Node:
     reads only what it needs (`want` per part) from only the spans it needs.
     """
 
-    __slots__ = ("dialect", "parent", "parts", "role", "span")
+    __slots__ = ("dialect", "parent", "parts", "place", "role", "span")
 
     def __init__(self, span: Span, found: tuple[Dialect, Role] | None) -> None:
         self.span = span
@@ -141,6 +161,8 @@ class _Node:
         self.role: Role | None = found[1] if found else None
         self.parent: _Node | None = None
         self.parts: dict[str, Any] = {}
+        self.place: tuple[int, int, int] = (0, 0, 0)
+        """(entry, exit, depth) in a walk of the tree (`guard.number`): `_inside` in O(1)."""
 
     @property
     def key(self) -> tuple[int, int, str]:
@@ -203,6 +225,7 @@ class _ModelCall:
     members: list[_Node] = field(default_factory=list)
     start: int = 0
     end: int = 0
+    response_ids: set[str | int] = field(default_factory=set)
 
     def part(self, name: str, logs: _Logs, also: Want = frozenset()) -> Any:
         """The part from the first member that has it: a contentless client span yields."""
@@ -241,28 +264,40 @@ class _Trace:
     def build(self) -> TraceRuns:
         nodes: dict[str, _Node] = {}
         dialects: list[str] = []
+        duplicates = unreadable = 0
         for span in self.spans:
             if span.span_id in nodes:
-                continue  # the same span exported twice
-            found = detect(span)
+                duplicates += 1  # the same span exported twice
+                continue
+            try:
+                found = detect(span)
+            except Exception:  # a value of a type no convention uses
+                log.debug("could not classify span %s", span.span_id, exc_info=True)
+                found = None
+                unreadable += 1
             nodes[span.span_id] = _Node(span, found)
             if found is not None and found[0].name not in dialects:
                 dialects.append(found[0].name)
         if not dialects:
             return TraceRuns(self.trace_id, [], [])
-        roots: list[_Node] = []
-        for node in nodes.values():
-            parent_id = node.span.parent_id
-            parent = nodes.get(parent_id) if parent_id else None
-            if parent is None or parent is node:
-                roots.append(node)
-            else:
-                node.parent = parent
+        anomalies: dict[str, int] = {}
+        if duplicates:
+            anomalies[guard.DUPLICATE_SPAN_IDS] = duplicates
+        if unreadable:
+            anomalies[guard.UNREADABLE_SPANS] = unreadable
+        roots = guard.link(nodes, anomalies)
+        guard.number(nodes.values(), roots)
+        skewed = guard.clock_skew(self.spans)
+        if skewed:
+            anomalies[guard.CLOCK_SKEW] = skewed
+        guard.report(self.trace_id, anomalies)
         builds = self._runs(nodes, roots)
-        for build in sorted(builds, key=_depth, reverse=True):
+        depths = _depths(builds)
+        for build in sorted(builds, key=lambda b: depths[id(b)], reverse=True):
             build.run = self._assemble(build)
         builds.sort(key=lambda b: b.root.key)
-        return TraceRuns(self.trace_id, [b.run for b in builds if b.run is not None], dialects)
+        runs = [b.run for b in builds if b.run is not None]
+        return TraceRuns(self.trace_id, runs, dialects, anomalies)
 
     # --- which spans make runs ---------------------------------------------------------
 
@@ -450,11 +485,15 @@ class _Trace:
 
         by_id = {c.call_id: c for c in calls if c.call_id is not None}
         had_spans = bool(calls)
+        claimable = guard.Claimable(_unclaimed)
+        for call in calls:
+            claimable.add(call)
+        handoffs = [c for c in calls if c.handoff_target is not None]
         for request in requests:
             req = request.req
             target = by_id.get(req.call_id) if req.call_id is not None else None
             if target is None:
-                target = _claim_by_name(calls, req, request.time)
+                target = _claim_by_name(claimable, handoffs, req, request.time)
             if target is not None:
                 _take_request(target, req)
                 continue
@@ -479,6 +518,7 @@ class _Trace:
                         node=nested.node,
                     )
                 )
+                claimable.add(calls[-1])
             elif not had_spans:
                 calls.append(
                     _Call(
@@ -494,15 +534,18 @@ class _Trace:
                         seq=10_000 + request.seq,
                     )
                 )
+                claimable.add(calls[-1])
 
         wanted = {c.call_id for c in calls if not c.output_captured and c.call_id is not None}
-        wanted -= replies.keys()
+        wanted.difference_update(replies)
         for group in reversed(groups):
             if not wanted:
                 break
             for msg in group.part(INPUT, logs) or ():
                 _collect_replies(msg, replies)
-            wanted -= replies.keys()
+                for reply in msg.tool_results:  # not `wanted -= replies.keys()`: a copy
+                    if reply.call_id in replies:
+                        wanted.discard(reply.call_id)
         if wanted and build.node is not None:
             for msg in build.node.part(INPUT, logs) or ():
                 _collect_replies(msg, replies)
@@ -647,13 +690,21 @@ class _Nearest:
         return found
 
 
-def _depth(build: _RunBuild) -> int:
-    depth = 0
-    parent = build.parent
-    while parent is not None and depth < 1000:
-        depth += 1
-        parent = parent.parent
-    return depth
+def _depths(builds: list[_RunBuild]) -> dict[int, int]:
+    """How deep each run is nested, memoised: linear however deep (a run tree is a tree:
+    `guard.link` cut any parent loop)."""
+    depths: dict[int, int] = {}
+    for build in builds:
+        path: list[_RunBuild] = []
+        node: _RunBuild | None = build
+        while node is not None and id(node) not in depths and len(path) <= len(builds):
+            path.append(node)
+            node = node.parent
+        depth = depths.get(id(node), -1) if node is not None else -1
+        for item in reversed(path):
+            depth += 1
+            depths[id(item)] = depth
+    return depths
 
 
 def _policy_values(node: _Node) -> tuple[Any, Any]:
@@ -672,10 +723,14 @@ def _dedupe(calls: list[_Call]) -> list[_Call]:
     calls.sort(key=lambda c: c.key)
     kept: list[_Call] = []
     by_id: dict[str, _Call] = {}
+    by_name: dict[str, list[_Call]] = {}
     for call in calls:
         twin = by_id.get(call.call_id) if call.call_id is not None else None
+        name = call.name if isinstance(call.name, str) else repr(call.name)
         if twin is None:
-            for other in reversed(kept):
+            # Twins start close together: the latest few calls of the same name will do, and
+            # keep this linear in a trace with 100 000 calls of one tool.
+            for other in reversed(by_name.get(name, ())[-_TWIN_WINDOW:]):
                 if other.end < call.start:
                     continue
                 if other.name == call.name and _same_call(other, call):
@@ -683,11 +738,16 @@ def _dedupe(calls: list[_Call]) -> list[_Call]:
                     break
         if twin is None:
             kept.append(call)
+            by_name.setdefault(name, []).append(call)
             if call.call_id is not None:
                 by_id[call.call_id] = call
             continue
         _merge(twin, call)
     return kept
+
+
+_TWIN_WINDOW = 64
+"""How many earlier calls of the same tool `_dedupe` compares a call with."""
 
 
 def _same_call(a: _Call, b: _Call) -> bool:
@@ -700,9 +760,12 @@ def _same_call(a: _Call, b: _Call) -> bool:
 
 
 def _inside(outer: _Node | None, inner: _Node | None) -> bool:
+    """Whether `outer` is an ancestor of `inner`, at most 65 levels up (numbered trees)."""
     if outer is None or inner is None:
         return False
-    return _up(inner.parent, lambda n: n is outer, 64) is not None
+    entry, leave, depth = outer.place
+    inner_entry, inner_leave, inner_depth = inner.place
+    return entry < inner_entry and inner_leave <= leave and inner_depth - depth <= 65
 
 
 def _canon(value: Any) -> str:
@@ -732,25 +795,24 @@ def _model_calls(models: list[_Node]) -> list[_ModelCall]:
     for node in models:  # sorted by start
         s = node.span
         response_id = s.attributes.get("gen_ai.response.id")
+        if response_id is not None and not isinstance(response_id, str | int):
+            response_id = repr(response_id)
         home = None
         for group in reversed(groups[-4:]):
             if (
                 (group.start <= s.start_ns and s.end_ns <= group.end)
                 or _inside(group.lead, node)
-                or (
-                    response_id is not None
-                    and any(
-                        m.span.attributes.get("gen_ai.response.id") == response_id
-                        for m in group.members
-                    )
-                )
+                or (response_id is not None and response_id in group.response_ids)
             ):
                 home = group
                 break
         if home is None:
-            groups.append(_ModelCall(node, [node], s.start_ns, s.end_ns))
+            home = _ModelCall(node, [node], s.start_ns, s.end_ns)
+            groups.append(home)
         else:
             home.members.append(node)
+        if response_id is not None:
+            home.response_ids.add(response_id)
     return groups
 
 
@@ -799,18 +861,22 @@ def _collect_replies(msg: Message, replies: dict[str, ToolReply]) -> None:
             replies.setdefault(reply.call_id, reply)
 
 
-def _claim_by_name(calls: list[_Call], req: ToolRequest, time: int) -> _Call | None:
+def _unclaimed(call: _Call) -> bool:
+    return not call.claimed and call.call_id is None
+
+
+def _claim_by_name(
+    claimable: guard.Claimable, handoffs: list[_Call], req: ToolRequest, time: int
+) -> _Call | None:
     """An id-less tool span for a request: same name, unclaimed, started after the model did.
 
     Handoff spans carry the target agent instead of the tool name the model used, so an
     unclaimed handoff span after the request takes a request that looks like a transfer.
     """
-    for call in calls:  # sorted by start
-        if call.claimed or call.call_id is not None:
-            continue
-        if call.name == req.name and call.start >= time - _SKEW_NS:
-            return call
-    for call in calls:
+    found: _Call | None = claimable.first(req.name, time - _SKEW_NS)
+    if found is not None:
+        return found
+    for call in handoffs:
         if call.claimed or call.handoff_target is None or call.call_id is not None:
             continue
         if call.start >= time - _SKEW_NS and _looks_like_handoff(req.name, call.handoff_target):

@@ -27,11 +27,13 @@ import gzip
 import http.client
 import logging
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -73,6 +75,16 @@ class ForwardSettings:
     max_request_bytes: int = 4 * 1024 * 1024
     initial_backoff_s: float = 0.5
     max_backoff_s: float = 30.0
+    tls_ca_file: Path | None = None
+    """Trusted CA certificates (PEM) of the next hop; else the system's."""
+    tls_cert_file: Path | None = None
+    """Client certificate (PEM) for mTLS, with `tls_key_file`."""
+    tls_key_file: Path | None = None
+
+    @property
+    def tls_files(self) -> bool:
+        return any(f is not None for f in (self.tls_ca_file, self.tls_cert_file,
+                                           self.tls_key_file))
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +182,13 @@ class GrpcSender:
             ("grpc.max_send_message_length", -1),
             ("grpc.max_receive_message_length", 4 * 1024 * 1024),
         ]
-        if parts.scheme == "https":
-            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(), options)
+        if parts.scheme == "https" or settings.tls_files:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(settings.tls_ca_file),
+                private_key=_read(settings.tls_key_file),
+                certificate_chain=_read(settings.tls_cert_file),
+            )
+            self._channel = grpc.secure_channel(target, credentials, options)
         else:
             self._channel = grpc.insecure_channel(target, options)
         self._call = self._channel.unary_unary(
@@ -232,13 +249,31 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def _read(path: Path | None) -> bytes | None:
+    return path.read_bytes() if path is not None else None
+
+
+def client_ssl_context(settings: ForwardSettings) -> ssl.SSLContext:
+    """TLS to the next hop: its CA file (else the system's), and our certificate for mTLS."""
+    context = ssl.create_default_context(
+        cafile=str(settings.tls_ca_file) if settings.tls_ca_file else None
+    )
+    if settings.tls_cert_file is not None:
+        context.load_cert_chain(
+            str(settings.tls_cert_file),
+            str(settings.tls_key_file) if settings.tls_key_file else None,
+        )
+    return context
+
+
 class HttpSender:
     """OTLP/HTTP protobuf over one keep-alive connection (one sender per worker)."""
 
     def __init__(self, settings: ForwardSettings) -> None:
         url = settings.endpoint if "://" in settings.endpoint else f"http://{settings.endpoint}"
         parts = urlsplit(url)
-        self._https = parts.scheme == "https"
+        self._https = parts.scheme == "https" or settings.tls_files
+        self._ssl = client_ssl_context(settings) if self._https else None
         self._host = parts.hostname or "localhost"
         self._port = parts.port or (443 if self._https else 80)
         path = parts.path or ""
@@ -251,8 +286,13 @@ class HttpSender:
 
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
         if self._conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            self._conn = cls(self._host, self._port, timeout=timeout_s)
+            if self._ssl is not None:
+                self._conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=timeout_s, context=self._ssl
+                )
+            else:
+                self._conn = http.client.HTTPConnection(self._host, self._port,
+                                                        timeout=timeout_s)
         else:
             self._conn.timeout = timeout_s
             if self._conn.sock is not None:

@@ -18,6 +18,46 @@ from attest_otel.model import CheckResult, Finding, Run
 AttrValue = str | bool | int | float
 Attributes = dict[str, AttrValue]
 
+TRUNCATED_MARKER = "…[truncated]"
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPolicy:
+    """What of a run's content (explanations quote tool outputs and answers) may leave in
+    events and logs: `keep` it, `truncate` each text to `max_chars` (marker included), or
+    `drop` it (the explanation attribute is left out)."""
+
+    mode: Literal["keep", "truncate", "drop"] = "keep"
+    max_chars: int = 256
+
+    def text(self, value: str) -> str | None:
+        if self.mode == "drop":
+            return None
+        if self.mode == "truncate":
+            return truncate(value, self.max_chars)
+        return value
+
+
+def truncate(value: str, max_chars: int) -> str:
+    """`value` cut to at most `max_chars` characters, the marker included."""
+    if len(value) <= max_chars:
+        return value
+    keep = max(0, max_chars - len(TRUNCATED_MARKER))
+    return value[:keep] + TRUNCATED_MARKER[: max_chars - keep]
+
+
+_content = ContentPolicy()
+
+
+def set_content_policy(policy: ContentPolicy) -> None:
+    """Process-wide: the sidecar sets it once at start (and in each grading process)."""
+    global _content
+    _content = policy
+
+
+def content_policy() -> ContentPolicy:
+    return _content
+
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:
@@ -99,9 +139,9 @@ def call_event_attributes(finding: Finding) -> Attributes:
         semconv.GEN_AI_EVALUATION_NAME: semconv.EVALUATION_NAME_TOOL_USE,
         semconv.GEN_AI_EVALUATION_SCORE_VALUE: score_value(finding.verdict),
         semconv.GEN_AI_EVALUATION_SCORE_LABEL: finding.verdict,
-        semconv.GEN_AI_EVALUATION_EXPLANATION: finding.reason,
-        semconv.GEN_AI_TOOL_NAME: finding.subject,
     }
+    _put(out, semconv.GEN_AI_EVALUATION_EXPLANATION, _content.text(finding.reason))
+    out[semconv.GEN_AI_TOOL_NAME] = finding.subject
     out.update(call_attributes(finding))
     return out
 
@@ -121,8 +161,8 @@ def run_event_attributes(run: Run, result: CheckResult) -> Attributes:
         semconv.GEN_AI_EVALUATION_NAME: semconv.EVALUATION_NAME_TOOL_USE,
         semconv.GEN_AI_EVALUATION_SCORE_VALUE: float(result.score),
         semconv.GEN_AI_EVALUATION_SCORE_LABEL: result.verdict,
-        semconv.GEN_AI_EVALUATION_EXPLANATION: result.summary,
     }
+    _put(out, semconv.GEN_AI_EVALUATION_EXPLANATION, _content.text(result.summary))
     if run.agent:
         out[semconv.GEN_AI_AGENT_NAME] = run.agent
     out.update(run_attributes(result))

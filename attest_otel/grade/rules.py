@@ -93,17 +93,39 @@ def find_recovery(
     return None
 
 
+def _recoveries(
+    calls: Sequence[tuple[int, ToolCall]],
+    errored: Sequence[bool],
+    fallbacks: Mapping[str, Sequence[str]],
+) -> dict[int, tuple[Recovery, int, str]]:
+    """`find_recovery` for every errored call in one backward pass: linear, where calling
+    it per call is quadratic in a run of many failing calls (a 100 000-span trace)."""
+    out: dict[int, tuple[Recovery, int, str]] = {}
+    next_ok: dict[str, int] = {}  # tool name -> index of its nearest later successful call
+    for i in range(len(calls) - 1, -1, -1):
+        name = calls[i][1].name
+        if not errored[i]:
+            next_ok[name] = i
+            continue
+        found = [next_ok[n] for n in (name, *fallbacks.get(name, ())) if n in next_ok]
+        if found:
+            j = min(found)
+            step, later = calls[j]
+            out[i] = ("retried" if later.name == name else "fallback", step, later.name)
+    return out
+
+
 def assess(run: Run) -> list[CallFacts]:
     calls = run.tool_calls
     errored = [is_error(call) for _, call in calls]
+    recoveries = _recoveries(calls, errored, run.tool_fallbacks)
     facts = []
     for i, (step, call) in enumerate(calls):
         recovery: Recovery | None = None
         recovered_at = recovered_by = None
-        if errored[i]:
-            found = find_recovery(i, calls, errored, run.tool_fallbacks)
-            if found is not None:
-                recovery, recovered_at, recovered_by = found
+        found = recoveries.get(i)
+        if found is not None:
+            recovery, recovered_at, recovered_by = found
         facts.append(
             CallFacts(
                 step=step,

@@ -12,6 +12,8 @@ detector learns a new marker, add its key prefix or span name here too.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable
 
 GENAI_KEY_PREFIXES: tuple[str, ...] = (
@@ -135,6 +137,9 @@ def is_genai_key(key: str) -> bool:
     return prefixes is not None and key.startswith(prefixes)
 
 
+_SCOPE_MARKERS = re.compile("|".join(re.escape(marker) for marker in GENAI_SCOPE_MARKERS))
+
+
 def is_genai_scope(scope_name: str) -> bool:
     """Whether every span of this instrumentation scope is a candidate (checked once per scope).
 
@@ -142,8 +147,22 @@ def is_genai_scope(scope_name: str) -> bool:
     """
     if not scope_name:
         return False
+    if type(scope_name) is str and len(scope_name) <= 1024:  # a cache must not pin huge names
+        return _scope_verdict(scope_name)
+    return _scope_check(scope_name)  # malformed input fails exactly as it always did
+
+
+@functools.lru_cache(maxsize=1024)
+def _scope_verdict(scope_name: str) -> bool:
+    """`_scope_check`, remembered: an SDK exporting one span per request repeats its scope in
+    every request, and a request repeats it per resource, so the walkers ask again and again
+    about a handful of names. Bounded, since scope names come from the senders."""
+    return _scope_check(scope_name)
+
+
+def _scope_check(scope_name: str) -> bool:
     low = scope_name.lower()
-    return low == "ai" or any(marker in low for marker in GENAI_SCOPE_MARKERS)
+    return low == "ai" or _SCOPE_MARKERS.search(low) is not None
 
 
 def is_genai_name(name: str) -> bool:

@@ -22,7 +22,11 @@ decode everything. Log records are kept only when they look GenAI (`candidate.is
 Resource attributes are decoded once per resource; its spans share the same dict object (do not
 mutate it). `Span.source` is the protobuf `Span` for protobuf input and the raw dict for JSON.
 
-Errors are `InputError`s with one line: source, line (JSON) and what is wrong.
+Errors are `InputError`s with one line: source, line (JSON) and what is wrong. Nothing else
+escapes for any input: deep nesting, numbers too long for `int`, invalid UTF-8 all become
+`InputError`s. Hostile but readable input is decided, counted on `Decoded` and logged rather
+than refused (see `sanitize`): strings longer than `max_attribute_chars` are cut with a marker,
+unpaired surrogates in JSON strings become U+FFFD.
 """
 
 from __future__ import annotations
@@ -45,6 +49,14 @@ from attest_otel.errors import InputError
 from attest_otel.ingest import otlp_json, otlp_proto
 from attest_otel.ingest.candidate import is_genai_candidate
 from attest_otel.ingest.otlp_common import MalformedOTLP
+from attest_otel.ingest.sanitize import (
+    DEFAULT_MAX_ATTRIBUTE_CHARS,
+    json_problem,
+    may_hold_lone_surrogates,
+    mend_surrogates,
+    truncate_decoded,
+    truncate_span,
+)
 from attest_otel.ingest.span import LogRecord, Span
 
 logger = logging.getLogger(__name__)
@@ -62,10 +74,24 @@ _TRACE_KEYS = ("resourceSpans", "resource_spans")
 _LOG_KEYS = ("resourceLogs", "resource_logs")
 _SKIPPED_KEYS = ("resourceMetrics", "resource_metrics", "resourceProfiles", "resource_profiles")
 _decoder = json.JSONDecoder()
+_GZIP_FIRST_READ = 1024
+_GZIP_MAX_READ = 1024 * 1024
+_WALKER_ERRORS = (
+    AttributeError,
+    IndexError,
+    KeyError,
+    OverflowError,
+    TypeError,
+    UnicodeError,
+    ValueError,
+)
+"""What a walker raises if a malformed value slipped past its checks: still bad input, so an
+`InputError`, but logged as an error with the traceback since the walker should have said."""
 
 __all__ = [
     "CONTENT_TYPE_JSON",
     "CONTENT_TYPE_PROTOBUF",
+    "DEFAULT_MAX_ATTRIBUTE_CHARS",
     "DEFAULT_MAX_INFLATED_BYTES",
     "Decoded",
     "decode_bytes",
@@ -91,6 +117,10 @@ class Decoded:
     """Spans decoded in full because they may be GenAI."""
     log_count: int = 0
     """All log records seen, kept or not."""
+    truncated_values: int = 0
+    """Strings cut to `max_attribute_chars`, a marker appended (see `sanitize`)."""
+    invalid_unicode: int = 0
+    """JSON strings that held unpaired UTF-16 surrogates, each replaced by U+FFFD."""
 
     def by_trace(self) -> dict[str, list[Span]]:
         """Trace id (hex) -> its spans in input order; traces in order of first appearance."""
@@ -112,6 +142,7 @@ def decode_file(
     *,
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     lazy: bool = True,
+    max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBUTE_CHARS,
 ) -> Decoded:
     """Decode an OTLP file (protobuf or JSON, JSON lines, gzip or not: sniffed from the bytes)."""
     source = str(path)
@@ -119,7 +150,13 @@ def decode_file(
         data = Path(path).read_bytes()
     except OSError as exc:
         raise InputError(source, f"cannot read: {exc.strerror or exc}") from None
-    return decode_bytes(data, source=source, max_inflated_bytes=max_inflated_bytes, lazy=lazy)
+    return decode_bytes(
+        data,
+        source=source,
+        max_inflated_bytes=max_inflated_bytes,
+        lazy=lazy,
+        max_attribute_chars=max_attribute_chars,
+    )
 
 
 def decode_bytes(
@@ -129,12 +166,14 @@ def decode_bytes(
     source: str = "<bytes>",
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     lazy: bool = True,
+    max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBUTE_CHARS,
 ) -> Decoded:
     """Decode an OTLP body. `content_type` ("application/x-protobuf" or "application/json",
     parameters allowed) settles the encoding when known; otherwise, and for any other value,
     it is sniffed: `{` or `[` first (after whitespace) -> JSON, else protobuf. Gzip is always
     recognised by its magic bytes and inflated up to `max_inflated_bytes`. `source` names the
-    input in error messages."""
+    input in error messages. Strings longer than `max_attribute_chars` are cut with a marker
+    (None or 0: no limit)."""
     data = bytes(data)  # memoryview / bytearray from a receiver
     if data[:2] == _GZIP_MAGIC:
         data = _gunzip(data, source, max_inflated_bytes)
@@ -144,12 +183,19 @@ def decode_bytes(
         text = _sniff_json(data, source)
         if text is None:
             _decode_protobuf(data, source, out, lazy, sniffed=True)
+        elif data[:1] == b"\n":
+            out = _json_or_protobuf(data, text, source, lazy)
         else:
             _decode_json(text, source, out, lazy)
     elif encoding == "json":
         _decode_json(_utf8(data, source), source, out, lazy)
     else:
         _decode_protobuf(data, source, out, lazy, sniffed=False)
+    # A string of n characters takes at least n bytes of input (UTF-8, JSON escapes and
+    # base64 only add), so a body no longer than the limit has nothing to cut: skip the walk
+    # over every value, a quarter of the cost of decoding GenAI-heavy protobuf.
+    if max_attribute_chars and len(data) > max_attribute_chars:
+        _limit_strings(out, source, max_attribute_chars)
     return out
 
 
@@ -158,16 +204,31 @@ def decode_request(
     *,
     source: str = "<request>",
     lazy: bool = True,
+    data: bytes | None = None,
+    max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBUTE_CHARS,
 ) -> Decoded:
-    """Decode an already parsed request (the gRPC receiver's); logs requests are accepted too."""
+    """Decode an already parsed request (the gRPC receiver's); logs requests are accepted too.
+
+    `data`, the exact bytes `req` was parsed from, is optional: given, a lazy decode skips
+    the attribute-key scan of plain HTTP/DB scopes (see `otlp_keyscan`), and the string limit
+    check when `data` is no longer than the limit; the result is the same.
+    """
     out = Decoded()
     try:
         if isinstance(req, ExportLogsServiceRequest):
             out.log_count, _ = otlp_proto.walk_logs(req, out.logs, lazy=lazy)
         else:
-            out.span_count, out.genai_span_count = otlp_proto.walk_traces(req, out.spans, lazy=lazy)
+            out.span_count, out.genai_span_count = otlp_proto.walk_traces(
+                req, out.spans, lazy=lazy, data=data
+            )
     except MalformedOTLP as exc:
         raise InputError(source, str(exc)) from None
+    except RecursionError:
+        raise InputError(source, "attribute values nested too deeply") from None
+    except _WALKER_ERRORS as exc:
+        raise _walker_failed(source, None, "", exc) from None
+    if max_attribute_chars and (data is None or len(data) > max_attribute_chars):
+        _limit_strings(out, source, max_attribute_chars)  # see decode_bytes for the test
     return out
 
 
@@ -183,8 +244,11 @@ def is_skeleton(span: Span) -> bool:
     return False
 
 
-def hydrate(span: Span) -> Span:
-    """Fill a skeleton's attributes and events from its `source` (in place; returns it)."""
+def hydrate(
+    span: Span, *, max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBUTE_CHARS
+) -> Span:
+    """Fill a skeleton's attributes and events from its `source` (in place; returns it),
+    cutting strings longer than `max_attribute_chars` as the decoders do."""
     if not is_skeleton(span):
         return span
     src = span.source
@@ -197,37 +261,86 @@ def hydrate(span: Span) -> Span:
             span.events = otlp_proto.events(src)
     except MalformedOTLP as exc:
         raise InputError(f"span {span.span_id}", str(exc)) from None
+    except RecursionError:
+        raise InputError(f"span {span.span_id}", "attribute values nested too deeply") from None
+    except _WALKER_ERRORS as exc:
+        raise _walker_failed(f"span {span.span_id}", None, "", exc) from None
+    cut = truncate_span(span, max_attribute_chars)
+    if cut:
+        logger.warning(
+            "span %s: %d strings longer than %d chars truncated (max_attribute_chars)",
+            span.span_id,
+            cut,
+            max_attribute_chars,
+        )
     return span
+
+
+def _limit_strings(out: Decoded, source: str, limit: int | None) -> None:
+    cut = truncate_decoded(out.spans, out.logs, limit)
+    if cut:
+        out.truncated_values += cut
+        logger.warning(
+            "%s: %d strings longer than %d chars truncated (max_attribute_chars)",
+            source,
+            cut,
+            limit,
+        )
+
+
+def _walker_failed(source: str, line: int | None, where: str, exc: Exception) -> InputError:
+    logger.error(
+        "%s: malformed input the OTLP walker did not check (%s)",
+        source,
+        type(exc).__name__,
+        exc_info=exc,
+    )
+    return InputError(source, f"{where}malformed OTLP ({type(exc).__name__}: {exc})", line=line)
 
 
 # -- gzip -------------------------------------------------------------------------------------
 
 
 def _gunzip(data: bytes, source: str, limit: int) -> bytes:
-    """Inflate every gzip member of `data`, refusing to produce more than `limit` bytes."""
+    """Inflate every gzip member of `data`, refusing to produce more than `limit` bytes.
+
+    Input is fed in growing slices (1 KiB, doubling to 1 MiB per member): zlib copies what
+    follows the end of a member, so feeding all the rest to each member would make many tiny
+    members (a cheap hostile body) cost quadratic time.
+    """
     parts: list[bytes] = []
     total = 0
-    rest = data
-    while rest:
+    pos, size = 0, len(data)
+    view = memoryview(data)
+    while pos < size:
         inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        try:
-            chunk = inflater.decompress(rest, limit - total + 1)
-        except zlib.error as exc:
-            raise InputError(source, f"invalid gzip data: {exc}") from None
-        total += len(chunk)
-        if total > limit:
-            raise InputError(
-                source, f"gzip data inflates to more than {limit} bytes (max_inflated_bytes)"
-            )
-        if not inflater.eof:
-            raise InputError(source, "truncated gzip data")
-        parts.append(chunk)
-        rest = inflater.unused_data
-        if rest[:2] != _GZIP_MAGIC:
-            if rest.strip(b"\x00"):
+        read = _GZIP_FIRST_READ
+        while not inflater.eof:
+            piece = view[pos : pos + read]
+            if not piece:
+                raise InputError(source, "truncated gzip data")
+            try:
+                chunk = inflater.decompress(piece, limit - total + 1)
+            except zlib.error as exc:
+                raise InputError(source, f"invalid gzip data: {exc}") from None
+            total += len(chunk)
+            if total > limit:
+                raise InputError(
+                    source, f"gzip data inflates to more than {limit} bytes (max_inflated_bytes)"
+                )
+            if chunk:
+                parts.append(chunk)
+            # Under the output bound, zlib takes the whole slice: all of it, or up to the end
+            # of the member (the rest is `unused_data`).
+            pos += len(piece) - len(inflater.unused_data)
+            read = min(read * 2, _GZIP_MAX_READ)
+        if data[pos : pos + 2] != _GZIP_MAGIC:
+            if data[pos:].strip(b"\x00"):
                 raise InputError(source, "unexpected bytes after the gzip data")
             break
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    if len(parts) == 1:
+        return parts[0]
+    return b"".join(parts)
 
 
 # -- JSON -------------------------------------------------------------------------------------
@@ -268,6 +381,23 @@ def _sniff_json(data: bytes, source: str) -> str | None:
     return _utf8(data, source)
 
 
+def _json_or_protobuf(data: bytes, text: str, source: str, lazy: bool) -> Decoded:
+    """A UTF-8 body that starts with a newline and then `{` or `[`: JSON after a blank line,
+    or protobuf whose first field (tag 0x0A) is 91 or 123 bytes long and holds no random ids
+    (a request with resource attributes but no spans is all text). JSON first; if that fails
+    and the bytes parse as protobuf, protobuf; else the JSON error."""
+    out = Decoded()
+    try:
+        _decode_json(text, source, out, lazy)
+    except InputError as json_error:
+        out = Decoded()
+        try:
+            _decode_protobuf(data, source, out, lazy, sniffed=True)
+        except InputError:
+            raise json_error from None
+    return out
+
+
 def _utf8(data: bytes, source: str) -> str:
     try:
         text = data.decode("utf-8")
@@ -277,7 +407,18 @@ def _utf8(data: bytes, source: str) -> str:
 
 
 def _decode_json(text: str, source: str, out: Decoded, lazy: bool) -> None:
+    mend = may_hold_lone_surrogates(text)
     for line, document in _json_documents(text, source):
+        if mend:
+            document, mended = mend_surrogates(document)
+            if mended:
+                out.invalid_unicode += mended
+                logger.warning(
+                    "%s%s: %d strings held unpaired UTF-16 surrogates, replaced by U+FFFD",
+                    source,
+                    "" if line is None else f":{line}",
+                    mended,
+                )
         if type(document) is list:
             for item in document:
                 _json_request(item, source, line, out, lazy)
@@ -299,7 +440,7 @@ def _json_documents(text: str, source: str) -> Iterator[tuple[int | None, Any]]:
     if newline != -1 and _skip_ws(text, newline) != len(text):
         try:
             first = json.loads(text[start:newline])
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, or too deep or long a value
             pass
         else:
             first_line = text.count("\n", 0, start) + 1
@@ -315,6 +456,8 @@ def _json_documents(text: str, source: str) -> Iterator[tuple[int | None, Any]]:
             raise InputError(
                 source, f"invalid JSON at column {exc.colno}: {exc.msg}", line=exc.lineno
             ) from None
+        except (ValueError, RecursionError) as exc:
+            raise InputError(source, json_problem(exc), line=line) from None
         after = _skip_ws(text, end)
         only = pos == start and after == len(text)
         yield (None if only else line), document
@@ -332,10 +475,8 @@ def _json_lines(text: str, pos: int, line: int, source: str) -> Iterator[tuple[i
         if chunk.strip():
             try:
                 document = json.loads(chunk)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    source, f"invalid JSON at column {exc.colno}: {exc.msg}", line=line
-                ) from None
+            except (ValueError, RecursionError) as exc:
+                raise InputError(source, json_problem(exc), line=line) from None
             yield line, document
         pos = end + 1
         line += 1
@@ -372,6 +513,10 @@ def _json_request(document: Any, source: str, line: int | None, out: Decoded, la
             )
     except MalformedOTLP as exc:
         raise InputError(source, str(exc), line=line) from None
+    except RecursionError:
+        raise InputError(source, "attribute values nested too deeply", line=line) from None
+    except _WALKER_ERRORS as exc:
+        raise _walker_failed(source, line, "", exc) from None
 
 
 def _has_any(document: dict[str, Any], keys: tuple[str, ...]) -> bool:
@@ -410,10 +555,10 @@ def _protobuf_message(
 ) -> None:
     try:
         req = ExportTraceServiceRequest.FromString(data)
-    except DecodeError:
+    except DecodeError as exc:
         logs = _try_logs(data)
-        if logs is None:
-            raise InputError(source, where + _protobuf_problem(data, sniffed)) from None
+        if logs is None or not _looks_like_logs(logs):  # not a logs request read by luck
+            raise InputError(source, where + _protobuf_problem(data, sniffed, exc)) from None
         _walk_proto_logs(logs, source, where, out, lazy)
         return
     if not req.resource_spans:
@@ -428,16 +573,21 @@ def _protobuf_message(
             + _text_hint(data),
         )
     first = otlp_proto.first_span(req)
-    if first is not None and not first.trace_id and not first.name:
-        # Same field numbers as a logs request: a LogRecord read as a Span has no ids or name.
+    if first is not None and len(first.trace_id) != 16:
+        # Same field numbers as a logs request: a LogRecord read as a Span has no trace id
+        # (its body, field 5, reads as the span's name). Not a valid span either way.
         logs = _try_logs(data)
         if logs is not None and _looks_like_logs(logs):
             _walk_proto_logs(logs, source, where, out, lazy)
             return
     try:
-        seen, genai = otlp_proto.walk_traces(req, out.spans, lazy=lazy)
+        seen, genai = otlp_proto.walk_traces(req, out.spans, lazy=lazy, data=data)
     except MalformedOTLP as exc:
         raise InputError(source, where + str(exc)) from None
+    except RecursionError:
+        raise InputError(source, where + "attribute values nested too deeply") from None
+    except _WALKER_ERRORS as exc:
+        raise _walker_failed(source, None, where, exc) from None
     out.span_count += seen
     out.genai_span_count += genai
 
@@ -454,7 +604,16 @@ def _looks_like_logs(req: ExportLogsServiceRequest) -> bool:
     for rl in req.resource_logs:
         for sl in rl.scope_logs:
             for lr in sl.log_records:
-                return bool(lr.time_unix_nano or lr.observed_time_unix_nano or lr.HasField("body"))
+                return bool(
+                    lr.time_unix_nano
+                    or lr.observed_time_unix_nano
+                    or lr.HasField("body")
+                    or lr.event_name
+                    or lr.severity_number
+                    or lr.severity_text
+                    or len(lr.attributes)
+                    or len(lr.trace_id) == 16
+                )
     return False
 
 
@@ -465,11 +624,19 @@ def _walk_proto_logs(
         seen, _ = otlp_proto.walk_logs(req, out.logs, lazy=lazy)
     except MalformedOTLP as exc:
         raise InputError(source, where + str(exc)) from None
+    except RecursionError:
+        raise InputError(source, where + "attribute values nested too deeply") from None
+    except _WALKER_ERRORS as exc:
+        raise _walker_failed(source, None, where, exc) from None
     out.log_count += seen
 
 
-def _protobuf_problem(data: bytes, sniffed: bool) -> str:
+def _protobuf_problem(data: bytes, sniffed: bool, error: Exception | None = None) -> str:
     """Why `data` is not a protobuf message, from its top-level wire format (error path only)."""
+    if error is not None and "UTF-8" in str(error):
+        return "invalid protobuf: a string field holds invalid UTF-8"
+    if error is not None and "MaxDepth" in str(error):
+        return "invalid protobuf: messages nested too deeply (attribute values, most likely)"
     pos, size = 0, len(data)
     while pos < size:
         start = pos

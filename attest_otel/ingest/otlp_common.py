@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+
+from attest_otel.ingest.span import Event, Span
 
 TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8
@@ -21,6 +24,36 @@ STATUS_CODE_NAMES: dict[str, int] = {
     "STATUS_CODE_OK": 1,
     "STATUS_CODE_ERROR": 2,
 }
+
+
+SPAN_FIELDS = (
+    "trace_id",
+    "span_id",
+    "parent_id",
+    "name",
+    "start_ns",
+    "end_ns",
+    "kind",
+    "status_code",
+    "status_message",
+    "attributes",
+    "events",
+    "resource",
+    "scope_name",
+    "scope_version",
+    "source",
+)
+"""`Span`'s fields in order. The walkers build every span by position (a class call with
+keywords builds a kwargs dict first: 15 of them cost about 1.5 us per span), so a change to
+the order must fail here, at import, and not shuffle fields silently."""
+
+EVENT_FIELDS = ("name", "time_ns", "attributes")
+
+if (
+    tuple(f.name for f in dataclasses.fields(Span)) != SPAN_FIELDS
+    or tuple(f.name for f in dataclasses.fields(Event)) != EVENT_FIELDS
+):  # pragma: no cover - a guard for whoever edits ingest/span.py
+    raise ImportError("ingest.span.Span/Event fields changed: update the walkers' Span(...) calls")
 
 
 class MalformedOTLP(Exception):

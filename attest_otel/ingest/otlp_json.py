@@ -121,9 +121,13 @@ def attributes(kvs: Any) -> dict[str, Any]:
         raise MalformedOTLP(f"attributes must be a list, got {_shown(kvs)}")
     out: dict[str, Any] = {}
     for kv in kvs:
-        if type(kv) is not dict or type(kv.get("key")) is not str:
+        key = kv.get("key", "") if type(kv) is dict else None  # omitted: "" (proto3)
+        if type(key) is not str:
             raise MalformedOTLP(f'attribute must be {{"key": ..., "value": ...}}, got {_shown(kv)}')
-        out[kv["key"]] = any_value(kv.get("value"))
+        # `any_value`'s own first test, inlined: most values are strings.
+        value = kv.get("value")
+        text = value.get("stringValue") if type(value) is dict else None
+        out[key] = text if type(text) is str else any_value(value)
     return out
 
 
@@ -137,11 +141,14 @@ def events(span: JsonObject) -> list[Event]:
     for ev in found:
         if type(ev) is not dict:
             raise MalformedOTLP(f"event must be an object, got {_shown(ev)}")
+        name = ev.get("name") or ""
+        if type(name) is not str:
+            raise MalformedOTLP(f"event name must be a string, got {_shown(name)}")
         out.append(
             Event(
-                name=ev.get("name") or "",
-                time_ns=_int(ev.get("timeUnixNano") or ev.get("time_unix_nano") or 0, "time"),
-                attributes=attributes(ev.get("attributes")),
+                name,
+                _time(ev.get("timeUnixNano") or ev.get("time_unix_nano") or 0, "event"),
+                attributes(ev.get("attributes")),
             )
         )
     return out
@@ -158,6 +165,18 @@ def _int(value: Any, what: str) -> int:
     elif type(value) is float and value.is_integer():
         return int(value)
     raise MalformedOTLP(f"{what} must be an integer, got {_shown(value)}")
+
+
+_U64 = 2**64 - 1
+
+
+def _time(value: Any, what: str) -> int:
+    """A fixed64 time: an integer (or its decimal string) in the unsigned 64-bit range, as the
+    protobuf wire can carry it; anything else is not OTLP (protobuf's parser refuses it too)."""
+    found = _int(value, f"{what} time")
+    if not 0 <= found <= _U64:
+        raise MalformedOTLP(f"{what} time out of the unsigned 64-bit range: {_shown(value)}")
+    return found
 
 
 def _enum(value: Any, names: dict[str, int], what: str) -> int:
@@ -216,12 +235,16 @@ def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, i
             )
             scope_name = scope.get("name") or ""
             scope_version = scope.get("version") or ""
+            if type(scope_name) is not str or type(scope_version) is not str:
+                raise MalformedOTLP("scope name and version must be strings", where + ".scope")
             whole_scope = not lazy or is_genai_scope(scope_name)
             for k, s in enumerate(_list(ss, "spans", "spans", where)):
                 try:
                     if type(s) is not dict:
                         raise MalformedOTLP(f"expected an object, got {_shown(s)}")
                     name = s.get("name") or ""
+                    if type(name) is not str:
+                        raise MalformedOTLP(f"name must be a string, got {_shown(name)}")
                     kvs = s.get("attributes") or ()
                     full = whole_scope or is_genai_name(name)
                     if not full:
@@ -251,6 +274,8 @@ def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, i
                             raise MalformedOTLP(f"status must be an object, got {_shown(status)}")
                         status_code = _enum(status.get("code") or 0, STATUS_CODE_NAMES, "status")
                         status_message = status.get("message") or ""
+                        if type(status_message) is not str:
+                            raise MalformedOTLP(f"bad status message: {_shown(status_message)}")
                     else:
                         status_code, status_message = 0, ""
                     kind = s.get("kind") or 0
@@ -258,22 +283,27 @@ def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, i
                         kind = _enum(kind, SPAN_KIND_NAMES, "span kind")
                     start = s.get("startTimeUnixNano") or s.get("start_time_unix_nano") or 0
                     end = s.get("endTimeUnixNano") or s.get("end_time_unix_nano") or 0
+                    if type(start) is not int or not 0 <= start <= _U64:
+                        start = _time(start, "start")
+                    if type(end) is not int or not 0 <= end <= _U64:
+                        end = _time(end, "end")
+                    # By position, in `Span`'s field order (checked by otlp_common).
                     span = Span(
-                        trace_id=trace_id,
-                        span_id=span_id,
-                        parent_id=parent_id,
-                        name=name,
-                        start_ns=start if type(start) is int else _int(start, "start time"),
-                        end_ns=end if type(end) is int else _int(end, "end time"),
-                        kind=kind,
-                        status_code=status_code,
-                        status_message=status_message,
-                        attributes=attributes(kvs) if full else {},
-                        events=events(s) if full else [],
-                        resource=resource,
-                        scope_name=scope_name,
-                        scope_version=scope_version,
-                        source=s,
+                        trace_id,
+                        span_id,
+                        parent_id,
+                        name,
+                        start,
+                        end,
+                        kind,
+                        status_code,
+                        status_message,
+                        attributes(kvs) if full else {},
+                        events(s) if full else [],
+                        resource,
+                        scope_name,
+                        scope_version,
+                        s,
                     )
                 except MalformedOTLP as exc:
                     exc.where = f"{where}.spans[{k}]"
@@ -299,12 +329,16 @@ def walk_logs(req: JsonObject, out: list[LogRecord], *, lazy: bool) -> tuple[int
             where = f"resourceLogs[{i}].scopeLogs[{j}]"
             sl = _object(sl, where)
             scope_name = _object(sl.get("scope") or {}, where + ".scope").get("name") or ""
+            if type(scope_name) is not str:
+                raise MalformedOTLP("scope name must be a string", where + ".scope")
             whole_scope = not lazy or is_genai_scope(scope_name)
             for k, lr in enumerate(_list(sl, "logRecords", "log_records", where)):
                 seen += 1
                 try:
                     lr = _object(lr, "")
                     event_name = lr.get("eventName") or lr.get("event_name") or ""
+                    if type(event_name) is not str:
+                        raise MalformedOTLP(f"event name must be a string: {_shown(event_name)}")
                     kvs = lr.get("attributes") or ()
                     keep = whole_scope or event_name.startswith(event_prefixes)
                     if not keep:
@@ -341,7 +375,7 @@ def walk_logs(req: JsonObject, out: list[LogRecord], *, lazy: bool) -> tuple[int
                         trace_id=trace_id,
                         span_id=span_id,
                         event_name=event_name,
-                        time_ns=_int(time, "time"),
+                        time_ns=_time(time, "log"),
                         body=any_value(lr.get("body")),
                         attributes=record_attributes,
                     )

@@ -28,14 +28,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
+import ipaddress
 import json
 import logging
+import ssl
 import threading
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Literal
 
 from attest_otel.export.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
@@ -46,6 +50,9 @@ __all__ = [
     "GrpcReceiver",
     "HttpReceiver",
     "Outcome",
+    "TlsFiles",
+    "TokenCheck",
+    "exposure_warning",
     "otlp_json_to_protobuf",
 ]
 
@@ -57,6 +64,7 @@ OutcomeKind = Literal["ok", "malformed", "full", "closing"]
 _CODE_INVALID_ARGUMENT = 3
 _CODE_RESOURCE_EXHAUSTED = 8
 _CODE_UNAVAILABLE = 14
+_CODE_UNAUTHENTICATED = 16
 
 _PROTOBUF_TYPES = ("application/x-protobuf", "application/protobuf")
 _JSON_TYPE = "application/json"
@@ -77,6 +85,76 @@ class Outcome:
 
 
 OK = Outcome("ok")
+
+
+# --- exposure: TLS and the bearer token ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files of a receiver's TLS; with `client_ca_file`, clients must present a
+    certificate it signed (mTLS)."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+    def grpc_credentials(self) -> Any:
+        import grpc
+
+        client_ca = self.client_ca_file.read_bytes() if self.client_ca_file else None
+        return grpc.ssl_server_credentials(
+            [(self.key_file.read_bytes(), self.cert_file.read_bytes())],
+            root_certificates=client_ca,
+            require_client_auth=client_ca is not None,
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(str(self.cert_file), str(self.key_file))
+        if self.client_ca_file is not None:
+            context.load_verify_locations(str(self.client_ca_file))
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+
+class TokenCheck:
+    """`Authorization: Bearer <token>`, compared in constant time."""
+
+    def __init__(self, token: str) -> None:
+        if not token:
+            raise ValueError("empty bearer token")
+        self._expected = f"Bearer {token}".encode()
+
+    def check(self, header: str | None) -> bool:
+        given = (header or "").strip().encode("utf-8", "replace")
+        return hmac.compare_digest(given, self._expected)
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_warning(endpoints: Sequence[str], *, tls: bool, token: bool) -> str | None:
+    """The start-up warning when a receiver listens beyond loopback without TLS or a token
+    (None when there is nothing to warn about)."""
+    if tls and token:
+        return None
+    exposed = [e for e in endpoints if not _is_loopback(parse_host_port(e)[0])]
+    if not exposed:
+        return None
+    missing = " and ".join(
+        w for w, on in (("TLS (receivers.tls)", tls),
+                        ("a bearer token (receivers.auth_token_file)", token)) if not on
+    )
+    return (f"receivers listen on non-loopback {', '.join(exposed)} without {missing}: "
+            "anyone who can reach them can send spans")
 
 Accept = Callable[[bytes], Outcome]
 """Takes an ExportTraceServiceRequest encoding; never raises."""
@@ -183,12 +261,18 @@ class GrpcReceiver:
         max_recv_bytes: int = 4 * 1024 * 1024,
         workers: int = 8,
         add_services: Sequence[Callable[[Any], None]] = (),
+        tls: TlsFiles | None = None,
+        token: TokenCheck | None = None,
+        on_rejection: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.endpoint = endpoint
         self._accept = accept
         self._max_recv_bytes = max_recv_bytes
         self._workers = workers
         self._add_services = add_services
+        self._tls = tls
+        self._token = token
+        self._on_rejection = on_rejection
         self._server: Any = None
         self.port = 0
 
@@ -196,10 +280,14 @@ class GrpcReceiver:
         import grpc
 
         host, port = parse_host_port(self.endpoint)
+        interceptors = (
+            [_TokenInterceptor(self._token, self._on_rejection)] if self._token else []
+        )
         server = grpc.server(
             futures.ThreadPoolExecutor(
                 max_workers=self._workers, thread_name_prefix="attest-otel-grpc"
             ),
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", self._max_recv_bytes),
                 ("grpc.max_send_message_length", 4 * 1024 * 1024),
@@ -217,14 +305,22 @@ class GrpcReceiver:
         server.add_generic_rpc_handlers((handler,))
         for add in self._add_services:
             add(server)
-        bound: int = server.add_insecure_port(f"{_bracket(host)}:{port}")
+        address = f"{_bracket(host)}:{port}"
+        bound: int = (
+            server.add_secure_port(address, self._tls.grpc_credentials())
+            if self._tls is not None
+            else server.add_insecure_port(address)
+        )
         if bound == 0:
             raise OSError(f"gRPC receiver: cannot listen on {self.endpoint}")
         server.start()
         self._server = server
         self.port = bound
-        log.info("OTLP/gRPC receiver listening", extra={"endpoint": f"{host}:{bound}",
-                                                        "method": EXPORT_METHOD})
+        log.info("OTLP/gRPC receiver listening", extra={
+            "endpoint": f"{host}:{bound}", "method": EXPORT_METHOD,
+            "tls": "mtls" if self._tls and self._tls.client_ca_file else
+                   "on" if self._tls else "off",
+            "auth": "bearer" if self._token else "off"})
         return bound
 
     def _export(self, request: bytes, context: Any) -> bytes:
@@ -259,6 +355,35 @@ class GrpcReceiver:
             self._server = None
 
 
+class _TokenInterceptor:
+    """Refuses every call (OTLP and the Grader API) without the bearer token."""
+
+    def __init__(self, token: TokenCheck, on_rejection: Callable[[str], None]) -> None:
+        import grpc
+
+        self._token = token
+        self._on_rejection = on_rejection
+
+        def deny(request: Any, context: Any) -> Any:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          "missing or wrong bearer token (authorization metadata)")
+
+        self._deny = grpc.unary_unary_rpc_method_handler(
+            deny, request_deserializer=None, response_serializer=None
+        )
+
+    def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        header = None
+        for key, value in details.invocation_metadata or ():
+            if key == "authorization":
+                header = value if isinstance(value, str) else None
+                break
+        if self._token.check(header):
+            return continuation(details)
+        self._on_rejection("unauthenticated")
+        return self._deny
+
+
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
@@ -270,6 +395,19 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     receiver: HttpReceiver
+    ssl_context: ssl.SSLContext | None = None
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = super().get_request()
+        if self.ssl_context is not None:
+            # The handshake happens on the handler's own thread (see _Handler.setup), so a
+            # slow or plaintext client never holds up the accept loop.
+            sock = self.ssl_context.wrap_socket(sock, server_side=True,
+                                                do_handshake_on_connect=False)
+        return sock, address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("http connection from %s failed", client_address, exc_info=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -277,6 +415,18 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "attest-otel"
     sys_version = ""
+
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(10.0)
+            try:
+                self.request.do_handshake()
+            except (OSError, ssl.SSLError) as e:
+                self.server.receiver.count_rejection("tls_handshake")
+                log.debug("http: TLS handshake failed: %s", e)
+                raise
+            self.request.settimeout(None)
+        super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http %s - %s", self.address_string(), format % args)
@@ -296,6 +446,13 @@ class _Handler(BaseHTTPRequestHandler):
         receiver = self.server.receiver
         media = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         is_json = media == _JSON_TYPE
+        if receiver.token is not None and not receiver.token.check(
+            self.headers.get("Authorization")
+        ):
+            receiver.count_rejection("unauthenticated")
+            self._status(401, _CODE_UNAUTHENTICATED, "missing or wrong bearer token", is_json,
+                         close=True, extra=(("WWW-Authenticate", "Bearer"),))
+            return
         length_header = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked" or length_header is None:
             receiver.count_rejection("length_required")
@@ -386,15 +543,16 @@ class _Handler(BaseHTTPRequestHandler):
         *,
         retry_after_s: float | None = None,
         close: bool = False,
+        extra: Sequence[tuple[str, str]] = (),
     ) -> None:
         if is_json:
             body, ctype = _status_json(code, message), _JSON_TYPE
         else:
             body, ctype = _status_bytes(code, message), _PROTOBUF_TYPES[0]
-        extra: list[tuple[str, str]] = []
+        headers = list(extra)
         if retry_after_s is not None:
-            extra.append(("Retry-After", str(max(1, round(retry_after_s)))))
-        self._send(http_status, ctype, body, extra, close=close)
+            headers.append(("Retry-After", str(max(1, round(retry_after_s)))))
+        self._send(http_status, ctype, body, headers, close=close)
 
     def _plain(self, status: int, body: bytes) -> None:
         self._send(status, "text/plain; charset=utf-8", body)
@@ -457,12 +615,16 @@ class HttpReceiver:
         max_body_bytes: int = 20 * 1024 * 1024,
         ready: Callable[[], tuple[bool, str]] = lambda: (True, ""),
         on_rejection: Callable[[str], None] = lambda reason: None,
+        tls: TlsFiles | None = None,
+        token: TokenCheck | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.accept = accept
         self.max_body_bytes = max_body_bytes
         self.ready = ready
         self.count_rejection = on_rejection
+        self.tls = tls
+        self.token = token
         self._server: _HttpServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -471,6 +633,8 @@ class HttpReceiver:
         host, port = parse_host_port(self.endpoint)
         server = _HttpServer((host, port), _Handler)
         server.receiver = self
+        if self.tls is not None:
+            server.ssl_context = self.tls.ssl_context()
         self.port = int(server.server_address[1])
         thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.2},
@@ -480,7 +644,10 @@ class HttpReceiver:
         self._server = server
         self._thread = thread
         log.info("OTLP/HTTP receiver listening",
-                 extra={"endpoint": f"{host}:{self.port}", "path": "/v1/traces"})
+                 extra={"endpoint": f"{host}:{self.port}", "path": "/v1/traces",
+                        "tls": "mtls" if self.tls and self.tls.client_ca_file else
+                               "on" if self.tls else "off",
+                        "auth": "bearer" if self.token else "off"})
         return self.port
 
     def stop(self) -> None:

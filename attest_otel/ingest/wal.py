@@ -14,8 +14,15 @@ no acknowledged span; a span that was forwarded but not yet marked done is sent 
 which OTLP accepts ("duplicates on retry are an accepted trade-off").
 
 Record layout: `<u32 length><u32 crc32><u64 record id>` then the bytes. A torn last record
-(crash mid-write, before its fsync, so never acknowledged) fails its length or CRC and ends
-the segment's replay.
+(crash mid-write, before its fsync, so never acknowledged) fails its length or CRC; replay
+then looks for the next intact record of that segment (a damaged record in the middle, or
+garbage appended, costs only itself) and says in the log what it skipped. A segment that
+cannot be read at all is skipped with an error in the log; the others are replayed.
+
+A write or fsync that fails (a full disk: ENOSPC, or EIO) raises `BufferDirError` and the
+request is not acknowledged (the receivers answer "retry later"): the partial record is
+cut off again (or, when that fails too, the segment is sealed and the next request starts a
+new one), so a full disk never leaves a record behind that would end a later replay early.
 """
 
 from __future__ import annotations
@@ -29,13 +36,17 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DurableLog"]
+__all__ = ["BufferDirError", "DurableLog"]
 
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("<IIQ")
 _ACK = struct.Struct("<Q")
 _SEGMENT_SHIFT = 32
+
+
+class BufferDirError(OSError):
+    """A request could not be made durable under `--buffer-dir`; it was not acknowledged."""
 
 
 @dataclass(slots=True)
@@ -65,8 +76,12 @@ class DurableLog:
         self._synced = 0
         self._generation = 0  # bumps on rotation, so a stale sync target is not trusted
         self._next_index = 0
+        self._failed_upto = 0  # bytes of the active segment whose fsync failed
+        self._failed_before_rotation: dict[int, int] = {}
+        self._poisoned = False  # the active segment has bytes we could not cut off
         self.records_written = 0
         self.fsyncs = 0
+        self.write_errors = 0
 
     # --- start-up --------------------------------------------------------------------------
 
@@ -83,8 +98,14 @@ class DurableLog:
                 continue
             last_seq = max(last_seq, seq)
             segment = _Segment(seq, path, path.with_suffix(".ack"), sealed=True)
-            done = self._read_acks(segment.ack_path)
-            for rid, data in self._read_records(path):
+            try:
+                done = self._read_acks(segment.ack_path)
+                records = self._read_records(path, seq)
+            except OSError as e:
+                log.error("buffer-dir: %s cannot be read (%s); skipped, the rest is replayed",
+                          path.name, e.strerror or e)
+                continue
+            for rid, data in records:
                 if rid in done:
                     continue
                 segment.pending.add(rid)
@@ -110,41 +131,60 @@ class DurableLog:
         return {v for (v,) in _ACK.iter_unpack(raw[:usable])}
 
     @staticmethod
-    def _read_records(path: Path) -> list[tuple[int, bytes]]:
+    def _read_records(path: Path, seq: int | None = None) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []
         raw = path.read_bytes()
         pos = 0
         while pos + _HEADER.size <= len(raw):
-            length, crc, rid = _HEADER.unpack_from(raw, pos)
-            start = pos + _HEADER.size
-            data = raw[start : start + length]
-            if len(data) != length or zlib.crc32(data) != crc:
-                log.warning("buffer-dir: %s: torn record at byte %d ignored", path.name, pos)
-                break
-            out.append((rid, data))
-            pos = start + length
+            record = _record_at(raw, pos, seq)
+            if record is not None:
+                out.append(record)
+                pos += _HEADER.size + len(record[1])
+                continue
+            found = _next_record(raw, pos + 1, seq)
+            if found < 0:
+                log.warning("buffer-dir: %s: %d damaged or torn byte(s) at the end (from byte "
+                            "%d) ignored", path.name, len(raw) - pos, pos)
+                return out
+            log.warning("buffer-dir: %s: %d damaged byte(s) at byte %d skipped; replay goes on "
+                        "with the next intact record", path.name, found - pos, pos)
+            pos = found
+        if pos < len(raw):
+            log.warning("buffer-dir: %s: torn record at byte %d ignored", path.name, pos)
         return out
 
     def _rotate(self, seq: int) -> None:
-        """Starts segment `seq`; called with `_lock` held (or before any writer exists)."""
+        """Starts segment `seq`; called with `_lock` held (or before any writer exists).
+
+        The new files are opened before the old ones are closed, so a failure (a full
+        disk) leaves the log as it was."""
+        path = self.dir / f"wal-{seq:012d}.log"
+        segment = _Segment(seq, path, path.with_suffix(".ack"))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            ack_fd = os.open(segment.ack_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError:
+            os.close(fd)
+            raise
         if self._active is not None:
-            os.fsync(self._fd)
+            with contextlib.suppress(OSError):
+                os.fsync(self._fd)
             os.close(self._fd)
             os.close(self._ack_fd)
             self._active.sealed = True
             if not self._active.pending:
                 self._remove(self._active)
                 self._segments.pop(self._active.seq, None)
-        path = self.dir / f"wal-{seq:012d}.log"
-        segment = _Segment(seq, path, path.with_suffix(".ack"))
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._ack_fd = os.open(segment.ack_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fd = fd
+        self._ack_fd = ack_fd
         _fsync_dir(self.dir)
         self._segments[seq] = segment
         self._active = segment
         self._next_index = 0
         self._written = 0
         self._synced = 0
+        self._failed_upto = 0
+        self._poisoned = False
         self._generation += 1
 
     # --- the data path ---------------------------------------------------------------------
@@ -160,13 +200,24 @@ class DurableLog:
             active = self._active
             if active is None:
                 raise RuntimeError("DurableLog.append before open()")
-            if self._written >= self.segment_bytes:
-                self._rotate(active.seq + 1)
+            if self._written >= self.segment_bytes or self._poisoned:
+                try:
+                    self._rotate(active.seq + 1)
+                except OSError as e:
+                    self.write_errors += 1
+                    raise BufferDirError(e.errno, f"cannot start a new segment: "
+                                                  f"{e.strerror or e}") from e
                 active = self._active
                 assert active is not None
             rid = (active.seq << _SEGMENT_SHIFT) | self._next_index
+            start = self._written
+            try:
+                _write_all(self._fd, _HEADER.pack(len(data), zlib.crc32(data), rid) + data)
+            except OSError as e:
+                self.write_errors += 1
+                self._cut(start)
+                raise BufferDirError(e.errno, f"cannot write: {e.strerror or e}") from e
             self._next_index += 1
-            _write_all(self._fd, _HEADER.pack(len(data), zlib.crc32(data), rid) + data)
             self._written += _HEADER.size + len(data)
             active.pending.add(rid)
             self._refs[rid] = 0
@@ -175,20 +226,56 @@ class DurableLog:
             target = self._written
             generation = self._generation
             fd = self._fd
-        self._sync(fd, target, generation)
+        try:
+            self._sync(fd, target, generation)
+        except OSError as e:
+            with self._lock:
+                self.write_errors += 1
+                # Not known to be on disk: not acknowledged, so not ours to replay either
+                # (if it did reach the disk, a restart sends it once more: a duplicate).
+                self._refs.pop(rid, None)
+                self._pinned.discard(rid)
+                active.pending.discard(rid)
+            raise BufferDirError(e.errno, f"cannot fsync: {e.strerror or e}") from e
         return rid
+
+    def _cut(self, start: int) -> None:
+        """Removes a partly written record (lock held); if that fails, the segment is sealed
+        so no record is ever appended after damaged bytes."""
+        try:
+            os.ftruncate(self._fd, start)
+        except OSError:
+            log.error("buffer-dir: could not cut a partial record off %s; starting a new "
+                      "segment with the next request", self._active.path.name
+                      if self._active else "?")
+            self._poisoned = True
 
     def _sync(self, fd: int, target: int, generation: int) -> None:
         # Group commit: whoever gets the sync lock flushes everything written so far; the
-        # others find their bytes already covered and return without a second fsync.
+        # others find their bytes already covered and return without a second fsync. After
+        # a failed fsync the bytes it covered are never taken as durable (a later fsync may
+        # succeed without them: the kernel can drop the dirty pages), and the segment is
+        # sealed so later records go to a fresh file.
         with self._sync_lock:
             with self._lock:
                 if generation != self._generation:
+                    if target <= self._failed_before_rotation.get(generation, 0):
+                        raise OSError(5, "an earlier fsync of this segment failed")
                     return  # rotation fsynced and closed that segment
+                if target <= self._failed_upto:
+                    raise OSError(5, "an earlier fsync of this segment failed")
                 if self._synced >= target:
                     return
                 upto = self._written
-            os.fsync(fd)
+            try:
+                os.fsync(fd)
+            except OSError:
+                with self._lock:
+                    if generation == self._generation:
+                        self._failed_upto = max(self._failed_upto, upto)
+                        self._failed_before_rotation[generation] = self._failed_upto
+                        self._poisoned = True
+                raise
             self.fsyncs += 1
             with self._lock:
                 if generation == self._generation:
@@ -225,14 +312,17 @@ class DurableLog:
         if segment is None:
             return
         segment.pending.discard(rid)
-        if segment is self._active:
-            _write_all(self._ack_fd, _ACK.pack(rid))
-        elif not segment.pending:
-            self._remove(segment)
-            del self._segments[segment.seq]
-        else:
-            with open(segment.ack_path, "ab") as f:
-                f.write(_ACK.pack(rid))
+        try:
+            if segment is self._active:
+                _write_all(self._ack_fd, _ACK.pack(rid))
+            elif not segment.pending:
+                self._remove(segment)
+                del self._segments[segment.seq]
+            else:
+                with open(segment.ack_path, "ab") as f:
+                    f.write(_ACK.pack(rid))
+        except OSError as e:  # a full disk: the record is replayed once more after a restart
+            log.warning("buffer-dir: cannot mark a record done (%s)", e.strerror or e)
 
     @property
     def pending_records(self) -> int:
@@ -243,7 +333,10 @@ class DurableLog:
         with self._lock:
             if self._active is None:
                 return
-            os.fsync(self._ack_fd)
+            try:
+                os.fsync(self._ack_fd)
+            except OSError as e:
+                log.warning("buffer-dir: cannot fsync the done marks (%s)", e.strerror or e)
             os.close(self._fd)
             os.close(self._ack_fd)
             if not self._active.pending:
@@ -255,6 +348,38 @@ class DurableLog:
         for path in (segment.path, segment.ack_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def _record_at(raw: bytes, pos: int, seq: int | None) -> tuple[int, bytes] | None:
+    """The intact record starting at `pos` (of segment `seq` when known), else None."""
+    if pos + _HEADER.size > len(raw):
+        return None
+    length, crc, rid = _HEADER.unpack_from(raw, pos)
+    if seq is not None and rid >> _SEGMENT_SHIFT != seq:
+        return None
+    start = pos + _HEADER.size
+    if start + length > len(raw):
+        return None
+    data = raw[start : start + length]
+    if zlib.crc32(data) != crc:
+        return None
+    return rid, data
+
+
+def _next_record(raw: bytes, pos: int, seq: int | None) -> int:
+    """Where the next intact record starts at or after `pos`, or -1. With the segment's
+    number known, the record id's top half must be it: a cheap test before the CRC."""
+    if seq is None:
+        return -1
+    tag = struct.pack("<I", seq)
+    # The id's high 32 bits sit at bytes 12..16 of the header.
+    at = raw.find(tag, pos + 12)
+    while at >= 0:
+        start = at - 12
+        if start >= pos and _record_at(raw, start, seq) is not None:
+            return start
+        at = raw.find(tag, at + 1)
+    return -1
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -24,8 +24,9 @@ _SERVICES = {
 
 
 class Downstream:
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, credentials: grpc.ServerCredentials | None = None) -> None:
         self.port = port
+        self.credentials = credentials
         self.down = False
         self.delay_s = 0.0
         self.requests: dict[str, list[bytes]] = {"traces": [], "logs": [], "metrics": []}
@@ -47,7 +48,9 @@ class Downstream:
                     self._handler(signal), request_deserializer=None,
                     response_serializer=None)}))
         server.add_generic_rpc_handlers(handlers)
-        self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
+        address = f"127.0.0.1:{self.port}"
+        self.port = (server.add_secure_port(address, self.credentials) if self.credentials
+                     else server.add_insecure_port(address))
         server.start()
         self._server = server
         return self

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -71,6 +72,12 @@ class Sidecar:
     http_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    ca_file: Path | None = None
+    """Set when the receivers speak TLS: the CA their certificate chains to."""
+    client_cert: tuple[Path, Path] | None = None
+    """(cert, key) to present when the receivers require client certificates."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment (e.g. ANTHROPIC_BASE_URL of the fake Messages API)."""
 
     def start(self, *, wait: bool = True) -> Sidecar:
         if not self.grpc_port:
@@ -81,6 +88,7 @@ class Sidecar:
         self.log_path = self.tmp / f"sidecar-{int(time.time() * 1000)}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC"))}
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
         args = [
             sys.executable, "-m", "attest_otel.cli", "serve",
             "--config", str(cfg),
@@ -102,7 +110,16 @@ class Sidecar:
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        scheme = "https" if self.ca_file else "http"
+        return f"{scheme}://127.0.0.1:{self.http_port}"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if self.ca_file is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        if self.client_cert is not None:
+            context.load_cert_chain(str(self.client_cert[0]), str(self.client_cert[1]))
+        return context
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path and self.log_path.exists() else ""
@@ -114,7 +131,8 @@ class Sidecar:
             if self.proc.poll() is not None:
                 raise AssertionError(f"sidecar exited {self.proc.returncode}:\n{self.log()}")
             try:
-                with urllib.request.urlopen(f"{self.http_url}/readyz", timeout=1) as r:
+                with urllib.request.urlopen(f"{self.http_url}/readyz", timeout=1,
+                                            context=self.ssl_context()) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, OSError):
