@@ -27,6 +27,8 @@ class InputError(AttestOtelError):
     """Names where the bad input is, so the user can open the file at the line."""
 
     def __init__(self, source: str, problem: str, *, line: int | None = None) -> None:
+        if "\n" in problem or "\r" in problem:  # one line, whatever the input put in it
+            problem = problem.replace("\r", "\\r").replace("\n", "\\n")
         self.source = source
         self.line = line
         self.problem = problem

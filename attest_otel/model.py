@@ -125,7 +125,26 @@ def output_text(output: JSONValue) -> str:
         return ""
     if isinstance(output, str):
         return output
-    return json.dumps(output, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(output, separators=(",", ":"), ensure_ascii=False, default=_not_json)
+
+
+def json_safe(value: JSONValue) -> JSONValue:
+    """`value` with what JSON cannot hold made text: bytes (an OTLP `bytesValue`) as UTF-8,
+    invalid sequences replaced, at any depth; anything else non-JSON as `str`. A run's
+    arguments and outputs go through this, so every writer can dump them."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    return _not_json(value)
+
+
+def _not_json(value: Any) -> str:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
 
 
 # --- reading attest's run files ------------------------------------------------------------

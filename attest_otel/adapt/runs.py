@@ -52,7 +52,7 @@ from attest_otel.adapt.base import (
 from attest_otel.adapt.detect import detect
 from attest_otel.config import AgentPolicy, Policy, parse_fallbacks_value, parse_tools_value
 from attest_otel.ingest.span import STATUS_ERROR, LogRecord, Span
-from attest_otel.model import Run, Step, ToolCall, output_text
+from attest_otel.model import Run, Step, ToolCall, json_safe, output_text
 
 __all__ = ["TraceRuns", "runs_from_file", "runs_from_spans"]
 
@@ -926,8 +926,8 @@ def _error_fields(call: _Call) -> None:
 def _to_tool_call(call: _Call) -> ToolCall:
     return ToolCall(
         name=call.name or "unknown",
-        arguments=call.arguments if call.args_captured else None,
-        output=call.output if call.output_captured else None,
+        arguments=json_safe(call.arguments) if call.args_captured else None,
+        output=json_safe(call.output) if call.output_captured else None,
         is_error=call.is_error,
         output_captured=call.output_captured,
         error_text=call.error_text,

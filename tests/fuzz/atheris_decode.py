@@ -49,7 +49,12 @@ with atheris.instrument_imports(include=["attest_otel"]):
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+    from opentelemetry.proto.common.v1.common_pb2 import (
+        AnyValue,
+        ArrayValue,
+        KeyValue,
+        KeyValueList,
+    )
 
     from tests.fuzz import oracle
 
@@ -100,10 +105,28 @@ _NASTY: list[Any] = [
     {"intValue": "99999999999999999999"},
     {"doubleValue": "Infinity"},
     {"bytesValue": "!!"},
+    {"bytesValue": "RXJyb3I6IP8="},
+    {"kvlistValue": {"values": [{"key": "k", "value": {"bytesValue": "/w=="}}]}},
     "SPAN_KIND_SERVER",
     "STATUS_CODE_ERROR",
     '[{"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "t"}]}]',
 ]
+
+
+_TEXT_KEYS = (
+    "gen_ai.tool.call.result",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.tool.name",
+    "gen_ai.agent.name",
+    "input.value",
+    "output.value",
+    "tool.name",
+    "attest.allowed_tools",
+    "attest.tool_fallbacks",
+    "gen_ai.response.id",
+)
 
 
 def _paths(node: Any, prefix: tuple[Any, ...], out: list[tuple[Any, ...]]) -> None:
@@ -161,7 +184,7 @@ def _mutate_proto(data: bytes, rng: random.Random) -> bytes | None:
         return None
     span = rng.choice(spans)
     other = rng.choice(spans)
-    op = rng.randrange(8)
+    op = rng.randrange(10)
     if op == 0:
         span.parent_span_id = other.span_id  # maybe itself, maybe a cycle
     elif op == 1:
@@ -181,6 +204,11 @@ def _mutate_proto(data: bytes, rng: random.Random) -> bytes | None:
         span.attributes.append(KeyValue(key=kv.key, value=AnyValue(int_value=rng.randrange(-9, 9))))
     elif op == 6:
         span.trace_id = rng.randbytes(rng.choice((0, 15, 16, 17)))
+    elif op in (8, 9):  # a bytes or map value where the adapters read text
+        raw = AnyValue(bytes_value=rng.randbytes(rng.randrange(12)))
+        if op == 9:
+            raw = AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key="k", value=raw)]))
+        span.attributes.append(KeyValue(key=rng.choice(_TEXT_KEYS), value=raw))
     else:
         span.CopyFrom(other)
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,27 +36,38 @@ class WalkerBug(AssertionError):
 
 
 class _RaiseOnError(logging.Handler):
+    """Collects ERROR records logged by this thread (a sidecar another test left running
+    logs from its own threads: not ours)."""
+
     def __init__(self) -> None:
         super().__init__(logging.ERROR)
+        self.thread = threading.get_ident()
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
+        if record.thread == self.thread:
+            self.records.append(record)
 
 
 @contextmanager
 def no_walker_bugs() -> Iterator[None]:
-    """Fail (WalkerBug) if attest_otel logged an ERROR while the block ran."""
+    """Fail (WalkerBug) if the decoders or the assembler logged an ERROR while the block ran."""
     handler = _RaiseOnError()
-    log = logging.getLogger("attest_otel")
-    log.addHandler(handler)
+    logs = [logging.getLogger(name) for name in _WATCHED]
+    for log in logs:
+        log.addHandler(handler)
     try:
         yield
     finally:
-        log.removeHandler(handler)
+        for log in logs:
+            log.removeHandler(handler)
     if handler.records:
         record = handler.records[0]
-        raise WalkerBug(record.getMessage()) from (record.exc_info[1] if record.exc_info else None)
+        cause = record.exc_info[1] if record.exc_info else None
+        raise WalkerBug(f"{record.name}: {record.getMessage()}") from cause
+
+
+_WATCHED = ("attest_otel.ingest", "attest_otel.adapt", "attest_otel.grade")
 
 
 def decode_or_refuse(

@@ -581,7 +581,7 @@ def json_mutations(draw: st.DrawFn, document: Any) -> Any:
         paths = _paths(document)
         path = draw(st.sampled_from(paths))
         if not path:
-            document = draw(WRONG_VALUES) if draw(st.integers(0, 9)) == 0 else document
+            document = _fresh(draw(WRONG_VALUES)) if draw(st.integers(0, 9)) == 0 else document
             continue
         parent = document
         for step in path[:-1]:
@@ -589,14 +589,20 @@ def json_mutations(draw: st.DrawFn, document: Any) -> Any:
         last = path[-1]
         op = draw(st.integers(0, 3))
         if op == 0:
-            parent[last] = draw(WRONG_VALUES)
+            parent[last] = _fresh(draw(WRONG_VALUES))
         elif op == 1:
             del parent[last]
         elif op == 2 and isinstance(parent, list):
             parent.insert(last, json.loads(json.dumps(parent[last])))
         elif isinstance(parent, dict):
-            parent[draw(_pick_or(tuple(parent), short_text))] = draw(WRONG_VALUES)
+            parent[draw(_pick_or(tuple(parent), short_text))] = _fresh(draw(WRONG_VALUES))
     return document
+
+
+def _fresh(value: Any) -> Any:
+    """A copy: a drawn example may be shared between test cases, and later mutations of this
+    document must not change it (hypothesis then sees generation depend on outside state)."""
+    return json.loads(json.dumps(value))
 
 
 # -- attest run files ---------------------------------------------------------------------------

@@ -45,7 +45,9 @@ from tests.fuzz.strategies import (
 _COMMON: dict[str, Any] = {
     "deadline": None,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-    "derandomize": False,
+    # CI runs the same examples every time (a red CI must mean a change broke something);
+    # a developer's run explores new ones.
+    "derandomize": bool(os.environ.get("CI")),
 }
 settings.register_profile("fuzz", max_examples=150, **_COMMON)
 settings.register_profile("fuzz-long", max_examples=4000, **_COMMON)

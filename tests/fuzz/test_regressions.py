@@ -21,7 +21,7 @@ from attest_otel.grade.grader import grade
 from attest_otel.grade.rules import assess, find_recovery
 from attest_otel.ingest.decode import decode_bytes
 from attest_otel.ingest.span import STATUS_ERROR, Span
-from attest_otel.model import Run, Step, ToolCall
+from attest_otel.model import Run, Step, ToolCall, read_runs
 from tests.fuzz import oracle
 
 CRASHES = Path(__file__).parent / "crashes"
@@ -299,3 +299,24 @@ def test_recoveries_in_one_pass_match_find_recovery(calls: list[tuple[str, bool]
     for i, fact in enumerate(assess(run)):
         found = find_recovery(i, tool_calls, errored, fallbacks) if errored[i] else None
         assert (fact.recovery, fact.recovered_at, fact.recovered_by) == (found or (None, None, None))
+
+
+def test_P_a_bytes_tool_output_was_a_type_error_in_the_assembler_and_the_rules() -> None:
+    """`json.dumps(b"...")` in `output_text`: an OTLP bytesValue as a tool result."""
+    spans = [
+        Span(T, "0000000000000001", None, "invoke_agent a", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "x"}),
+        Span(T, "0000000000000002", "0000000000000001", "execute_tool t", status_code=STATUS_ERROR, attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "gen_ai.provider.name": "x", "gen_ai.tool.call.result": {"blob": [b"Error: \xff"]}}),
+    ]
+    run = runs_from_spans(spans)[0].runs[0]
+    call = run.steps[0].tool_call
+    assert call is not None and call.output == {"blob": ["Error: \ufffd"]}
+    oracle.grade_run(run)
+    assert grade(Run(steps=[Step(tool_call=ToolCall(name="t", output=[b"x"]))]), judge=None).findings
+
+
+def test_P_a_newline_in_a_run_file_key_made_a_two_line_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"tool_fallbacks": {"\n": False}}))
+    with pytest.raises(InputError) as err:
+        read_runs(path)
+    assert "\n" not in str(err.value) and "tool_fallbacks.\\n: expected" in str(err.value)
