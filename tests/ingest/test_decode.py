@@ -37,6 +37,8 @@ from attest_otel.ingest.decode import (
     is_skeleton,
 )
 from attest_otel.ingest.span import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
+from tests import otlp_encodings as encodings
+from tests.otlp_encodings import length_prefixed, to_protobuf_json, to_protobuf_json_snake_case
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "otlp"
 
@@ -167,52 +169,9 @@ def span_named(req: ExportTraceServiceRequest, name: str) -> PbSpan:
 
 # -- encodings of the same request ------------------------------------------------------------
 
-_ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
-_INT64_KEYS = frozenset(
-    {"startTimeUnixNano", "endTimeUnixNano", "timeUnixNano", "observedTimeUnixNano", "intValue"}
-)
-
-
 def to_otlp_json(req: Any, *, int64_as_numbers: bool = False) -> bytes:
-    """OTLP/JSON as the spec writes it: hex ids, integer enums, lowerCamelCase keys."""
-
-    def fix(node: Any) -> Any:
-        if isinstance(node, dict):
-            out = {}
-            for key, value in node.items():
-                if key in _ID_KEYS:
-                    value = base64.b64decode(value).hex().upper()  # hex is case-insensitive
-                elif key in _INT64_KEYS and int64_as_numbers:
-                    value = int(value)
-                else:
-                    value = fix(value)
-                out[key] = value
-            return out
-        if isinstance(node, list):
-            return [fix(item) for item in node]
-        return node
-
-    as_dict = json_format.MessageToDict(req, use_integers_for_enums=True)
-    return json.dumps(fix(as_dict)).encode()
-
-
-def to_protobuf_json(req: Any) -> bytes:
-    text: str = json_format.MessageToJson(req)
-    return text.encode()
-
-
-def to_protobuf_json_snake_case(req: Any) -> bytes:
-    text: str = json_format.MessageToJson(req, preserving_proto_field_name=True, indent=None)
-    return text.encode()
-
-
-def length_prefixed(*messages: Any) -> bytes:
-    """What the Collector's file exporter writes with `format: proto`."""
-    out = b""
-    for message in messages:
-        body = message.SerializeToString()
-        out += len(body).to_bytes(4, "big") + body
-    return out
+    """Upper-case hex ids here: hex is case-insensitive, and the decoder must know it."""
+    return encodings.to_otlp_json(req, int64_as_numbers=int64_as_numbers, upper_hex=True)
 
 
 ENCODINGS: list[tuple[str, Callable[[ExportTraceServiceRequest], bytes]]] = [
