@@ -1,0 +1,168 @@
+"""How well the code as it is reads labelled framework fixtures: calls, tasks, answers, verdicts.
+
+Issue 10 asks that generality be measured before code is written for a framework, and again
+after; this prints the figures for the note. It grades each `<name>.labels.json` in
+tests/fixtures/traces the way tests/adapt/test_fixtures.py does (offline, the label's policy
+unless the trace carries its own) and scores, per fixture prefix (framework):
+
+* calls: labelled calls whose name, error flag and offline verdict came out right, in order,
+  in the run matched to the label's run (same agent name, else the same position);
+* task / answer: labelled runs whose task / final answer came out exactly right;
+* runs: labelled runs whose agent, calls, task, answer and verdict were all right;
+* extra runs: runs rebuilt that no label accounts for.
+
+    .venv/bin/python tools/fixture_score.py [PREFIX ...] [--detail]
+
+PREFIX keeps fixtures whose name starts with it (e.g. `crewai`); `--detail` prints what
+differed, one line per run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from attest_otel.adapt import runs_from_file
+from attest_otel.config import AgentPolicy, Policy
+from attest_otel.grade import grader, rules
+from attest_otel.model import Run
+
+TRACES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "traces"
+
+
+def _rebuild(trace: Path, label: dict[str, Any]) -> list[Run]:
+    kwargs: dict[str, Any] = {}
+    carries = label.get("policy_source") == "agent_span_attributes" or "policy_attributes" in label
+    if not carries:
+        per_run = [r for r in label["runs"] if "policy" in r]
+        if per_run and len(per_run) == len(label["runs"]):
+            kwargs["policy"] = Policy(
+                {
+                    r["agent"]: AgentPolicy(
+                        r["policy"].get("allowed_tools"),
+                        r["policy"].get("tool_fallbacks") or {},
+                        r["agent"],
+                    )
+                    for r in per_run
+                }
+            )
+        else:
+            kwargs["allowed_tools"] = label["policy"].get("allowed_tools")
+            kwargs["fallbacks"] = label["policy"].get("tool_fallbacks") or None
+    return [run for t in runs_from_file(trace, **kwargs) for run in t.runs]
+
+
+def _match(runs: list[Run], want: list[dict[str, Any]]) -> list[Run | None]:
+    free = list(range(len(runs)))
+    out: list[Run | None] = []
+    for i, w in enumerate(want):
+        pick = next((j for j in free if runs[j].agent == w["agent"]), None)
+        if pick is None and i < len(runs) and i in free:
+            pick = i
+        if pick is not None:
+            free.remove(pick)
+        out.append(runs[pick] if pick is not None else None)
+    return out
+
+
+def score(label_path: Path) -> tuple[dict[str, int], list[str]]:
+    label = json.loads(label_path.read_text(encoding="utf-8"))
+    trace = label_path.with_name(label_path.name.replace(".labels.json", ".json"))
+    s: dict[str, int] = defaultdict(int)
+    notes: list[str] = []
+    try:
+        runs = _rebuild(trace, label)
+    except Exception as exc:  # a measurement: a crash scores zero and is reported
+        runs = []
+        notes.append(f"crashed: {exc!r:.120}")
+    want_runs = label["runs"]
+    matched = _match(runs, want_runs)
+    s["extra_runs"] = max(0, len(runs) - sum(m is not None for m in matched))
+    for want, run in zip(want_runs, matched, strict=True):
+        s["runs_total"] += 1
+        s["calls_total"] += len(want["calls"])
+        if run is None:
+            notes.append(f"{want['agent']}: no run")
+            continue
+        result = grader.tool_use(run)
+        got_calls = [
+            (c.name, rules.is_error(c), f.verdict)
+            for (_, c), f in zip(run.tool_calls, result.findings, strict=True)
+        ]
+        want_calls = [(c["name"], c["is_error"], c["verdict_offline"]) for c in want["calls"]]
+        right = sum(g == w for g, w in zip(got_calls, want_calls, strict=False))
+        s["calls_right"] += right
+        task_ok = run.task == want["task"]
+        answer_ok = run.final_answer == want["final_answer"]
+        s["task_right"] += task_ok
+        s["answer_right"] += answer_ok
+        whole = (
+            run.agent == want["agent"]
+            and got_calls == want_calls
+            and task_ok
+            and answer_ok
+            and result.verdict == want["verdict_offline"]
+        )
+        s["runs_right"] += whole
+        if not whole:
+            bits = []
+            if run.agent != want["agent"]:
+                bits.append(f"agent {run.agent!r}")
+            if got_calls != want_calls:
+                bits.append(f"calls {got_calls} want {want_calls}")
+            if not task_ok:
+                bits.append(f"task {run.task!r:.80}")
+            if not answer_ok:
+                bits.append(f"answer {run.final_answer!r:.80}")
+            if result.verdict != want["verdict_offline"]:
+                bits.append(f"verdict {result.verdict}")
+            notes.append(f"{want['agent']}: " + "; ".join(bits))
+    return s, notes
+
+
+def main(argv: list[str]) -> int:
+    detail = "--detail" in argv
+    prefixes = [a for a in argv if not a.startswith("--")]
+    labels = sorted(TRACES.glob("*.labels.json"))
+    if prefixes:
+        labels = [p for p in labels if p.name.startswith(tuple(prefixes))]
+    if not labels:
+        print("no labelled fixtures match", file=sys.stderr)
+        return 2
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for path in labels:
+        framework = path.name.split("__")[0]
+        s, notes = score(path)
+        for k, v in s.items():
+            totals[framework][k] += v
+        if detail:
+            for n in notes:
+                print(f"  {path.name.removesuffix('.labels.json')}: {n}")
+    header = f"{'framework':40} {'calls right':>12} {'task':>9} {'answer':>9} {'runs right':>11} {'extra':>6}"
+    print(header)
+    grand: dict[str, int] = defaultdict(int)
+    for fw, s in sorted(totals.items()):
+        for k, v in s.items():
+            grand[k] += v
+        print(_row(fw, s))
+    if len(totals) > 1:
+        print(_row("all", grand))
+    return 0
+
+
+def _row(name: str, s: dict[str, int]) -> str:
+    def frac(a: str, b: str) -> str:
+        return f"{s[a]}/{s[b]}"
+
+    return (
+        f"{name:40} {frac('calls_right', 'calls_total'):>12} {frac('task_right', 'runs_total'):>9} "
+        f"{frac('answer_right', 'runs_total'):>9} {frac('runs_right', 'runs_total'):>11} "
+        f"{s['extra_runs']:>6}"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
