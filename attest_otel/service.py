@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import re
 import threading
 import time
@@ -407,6 +408,7 @@ def _init_worker(policy_path: str | None, log_events: dict[str, Any] | None,
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _exit_with_parent()
     if content is not None:
         set_content_policy(content)
     if policy_path is not None:
@@ -421,6 +423,28 @@ def _init_worker(policy_path: str | None, log_events: dict[str, Any] | None,
         _WORKER_TELEMETRY = build_telemetry(spans=False, logs=True, metrics=False,
                                             prometheus=None, **log_events)
         util.Finalize(None, _WORKER_TELEMETRY.shutdown, exitpriority=10)
+
+
+def _exit_with_parent() -> None:
+    """End this grading process as soon as the sidecar is gone, however it died.
+
+    A `kill -9` (the OOM killer, many supervisors) gives the parent no chance to stop its
+    pool, and an idle worker would wait on its task queue for ever, keeping multiprocessing's
+    resource tracker alive with it. A spawned child holds a sentinel, the read end of a pipe
+    whose write end only the parent holds: it turns readable exactly when the parent exits.
+    Once every worker is gone the tracker sees EOF on its own pipe and ends too.
+    """
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="attest-parent-watch", daemon=True).start()
 
 
 def _slim(run: Run) -> Run:
