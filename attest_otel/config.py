@@ -15,7 +15,7 @@ key. Merging would let a `"*"` allow-list silently constrain an agent whose own 
 meant to declare fallbacks, and "the entry under my name is all that applies to me" is the
 rule a reader of the file can check by eye.
 
-Where the values come from, first match wins (see `adapt.runs`):
+Where the values come from, first match wins (`resolve_policy`):
   1. one-off overrides (CLI `--allowed-tools`, `--fallback`);
   2. this file's entry for the agent, else its `"*"` entry;
   3. `attest.allowed_tools` / `attest.tool_fallbacks` on the agent span;
@@ -350,3 +350,31 @@ def _parse_fallbacks(value: Any) -> dict[str, list[str]] | None:
             continue
         out[tool] = [a for a in alts if isinstance(a, str)]
     return out
+
+
+def resolve_policy(
+    policy: Policy,
+    agent: str | None,
+    on_span: tuple[Any, Any],
+    allowed_override: list[str] | None,
+    fallbacks_override: dict[str, list[str]] | None,
+) -> tuple[list[str] | None, dict[str, list[str]]]:
+    """One run's (allowed_tools, tool_fallbacks), by the order in this module's docstring.
+
+    `on_span` holds the raw `attest.allowed_tools` / `attest.tool_fallbacks` values of the
+    run's agent span. Every run gets lists of its own, whatever later code does with them.
+    """
+    entry = policy.for_agent(agent)
+    allowed = None if entry.allowed_tools is None else list(entry.allowed_tools)
+    fallbacks = {tool: list(alts) for tool, alts in entry.tool_fallbacks.items()}
+    if entry.entry is None:
+        raw_allowed, raw_fallbacks = on_span
+        if raw_allowed is not None:
+            allowed = parse_tools_value(raw_allowed)
+        if raw_fallbacks is not None:
+            fallbacks = parse_fallbacks_value(raw_fallbacks) or {}
+    if allowed_override is not None:
+        allowed = list(allowed_override)
+    if fallbacks_override is not None:
+        fallbacks = {k: list(v) for k, v in fallbacks_override.items()}
+    return allowed, fallbacks

@@ -1,0 +1,208 @@
+"""Which spans make runs: the trace as a tree of detected spans, and the runs in it.
+
+A run is an agent span that does work of its own (containers that only hold other agents, a
+runner turn or an SDK workflow span, are not runs); a trace without one is one run at its
+root. Every tool, model and handoff span belongs to the run of its nearest agent ancestor.
+Each node reads its content lazily, part by part, so a run reads only what it needs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from attest_otel.adapt.base import Dialect, Exchange, Role, Want
+from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import Run
+
+__all__ = [
+    "CALLS",
+    "WORK",
+    "Logs",
+    "Nearest",
+    "Node",
+    "RunBuild",
+    "depths",
+    "inside",
+    "run_builds",
+    "up",
+]
+
+log = logging.getLogger("attest_otel.adapt.runs")
+
+WORK = (Role.TOOL, Role.MODEL, Role.HANDOFF)
+CALLS = (Role.TOOL, Role.HANDOFF)
+
+class Node:
+    """One span with its detected dialect and role, linked into the trace's tree.
+
+    Content parts are read from the span on first use and kept, each on its own, so a run
+    reads only what it needs (`want` per part) from only the spans it needs.
+    """
+
+    __slots__ = ("dialect", "parent", "parts", "place", "role", "span")
+
+    def __init__(self, span: Span, found: tuple[Dialect, Role] | None) -> None:
+        self.span = span
+        self.dialect: Dialect | None = found[0] if found else None
+        self.role: Role | None = found[1] if found else None
+        self.parent: Node | None = None
+        self.parts: dict[str, Any] = {}
+        self.place: tuple[int, int, int] = (0, 0, 0)
+        """(entry, exit, depth) in a walk of the tree (`guard.number`): `inside` in O(1)."""
+
+    @property
+    def key(self) -> tuple[int, int, str]:
+        s = self.span
+        return (s.start_ns, s.end_ns, s.span_id)
+
+    def part(self, name: str, logs: Logs, also: Want = frozenset()) -> Any:
+        """One part of the span's exchange; `also` names parts worth reading in the same pass."""
+        parts = self.parts
+        if name in parts:
+            return parts[name]
+        want = frozenset((name, *also)) - parts.keys()
+        if self.dialect is None:
+            ex = Exchange()
+        else:
+            records = logs.get((self.span.trace_id, self.span.span_id), ())
+            try:
+                ex = self.dialect.exchange(self.span, records, want)
+            except Exception:  # a malformed span must not cost the rest of the trace
+                log.warning("could not read span %s", self.span.span_id, exc_info=True)
+                ex = Exchange()
+        for part in want:
+            parts[part] = getattr(ex, part)
+        return parts[name]
+
+
+Logs = dict[tuple[str, str], list[LogRecord]]
+
+@dataclass(slots=True)
+class RunBuild:
+    node: Node | None
+    """The run's agent span; None for a run at the root of a trace without one."""
+    root: Node
+    """The span the run is anchored to (its agent span, or the trace root)."""
+    members: list[Node] = field(default_factory=list)
+    nested: list[RunBuild] = field(default_factory=list)
+    parent: RunBuild | None = None
+    run: Run | None = None
+
+
+def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
+    """The runs of one linked trace, each with its member spans and nested runs."""
+    agents = [n for n in nodes.values() if n.role is Role.AGENT]
+    if not agents:
+        work = [n for n in nodes.values() if n.role in WORK]
+        if not work:
+            return []
+        return [RunBuild(None, min(roots, key=lambda n: n.key), members=work)]
+    is_agent = {id(a) for a in agents}
+    agent_at = Nearest(is_agent)
+    has_work: set[int] = set()
+    has_agent_below: set[int] = set()
+    for node in nodes.values():
+        if node.role in WORK or node.role is Role.AGENT:
+            owner = agent_at(node.parent)
+            if owner is not None:
+                (has_work if node.role in WORK else has_agent_below).add(id(owner))
+    runs = {
+        id(a): RunBuild(a, a)
+        for a in agents
+        if id(a) in has_work or id(a) not in has_agent_below
+    }
+    run_at = Nearest(set(runs)) if len(runs) != len(agents) else agent_at
+    leftover: list[Node] = []
+    for node in nodes.values():
+        if node.role in WORK:
+            owner = run_at(node.parent)
+            if owner is not None:
+                runs[id(owner)].members.append(node)
+            else:
+                leftover.append(node)
+        elif node.role is Role.AGENT and id(node) in runs:
+            owner = run_at(node.parent)
+            if owner is not None:
+                runs[id(node)].parent = runs[id(owner)]
+                runs[id(owner)].nested.append(runs[id(node)])
+    builds = list(runs.values())
+    if leftover and (not builds or any(n.role in CALLS for n in leftover)):
+        root = min(roots, key=lambda n: n.key)
+        top = RunBuild(None, root, members=leftover)
+        for build in builds:
+            if build.parent is None:
+                build.parent = top
+                top.nested.append(build)
+        builds.append(top)
+    return builds
+
+# --- one run ---------------------------------------------------------------------------
+
+def up(node: Node | None, pred: Any, limit: int) -> Node | None:
+    """The nearest node from `node` upwards (itself included) that satisfies `pred`."""
+    steps = 0
+    while node is not None and steps <= limit:
+        if pred(node):
+            return node
+        node = node.parent
+        steps += 1
+    return None
+
+
+class Nearest:
+    """The nearest node at or above a node whose id is in `marked`, memoised along the way:
+    each node is walked once however deep the trace, and a parent loop cannot hang it."""
+
+    def __init__(self, marked: set[int]) -> None:
+        self.marked = marked
+        self.memo: dict[int, Node | None] = {}
+
+    def __call__(self, node: Node | None) -> Node | None:
+        path: list[Node] = []
+        found: Node | None = None
+        seen: set[int] = set()
+        while node is not None:
+            key = id(node)
+            if key in self.memo:
+                found = self.memo[key]
+                break
+            if key in self.marked:
+                found = node
+                break
+            if key in seen:
+                break  # a parent loop in broken data: nothing above
+            seen.add(key)
+            path.append(node)
+            node = node.parent
+        for visited in path:
+            self.memo[id(visited)] = found
+        return found
+
+
+def depths(builds: list[RunBuild]) -> dict[int, int]:
+    """How deep each run is nested, memoised: linear however deep (a run tree is a tree:
+    `guard.link` cut any parent loop)."""
+    depths: dict[int, int] = {}
+    for build in builds:
+        path: list[RunBuild] = []
+        node: RunBuild | None = build
+        while node is not None and id(node) not in depths and len(path) <= len(builds):
+            path.append(node)
+            node = node.parent
+        depth = depths.get(id(node), -1) if node is not None else -1
+        for item in reversed(path):
+            depth += 1
+            depths[id(item)] = depth
+    return depths
+
+
+def inside(outer: Node | None, inner: Node | None) -> bool:
+    """Whether `outer` is an ancestor of `inner`, at most 65 levels up (numbered trees)."""
+    if outer is None or inner is None:
+        return False
+    entry, leave, depth = outer.place
+    inner_entry, inner_leave, inner_depth = inner.place
+    return entry < inner_entry and inner_leave <= leave and inner_depth - depth <= 65
+
