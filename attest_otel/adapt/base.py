@@ -104,6 +104,10 @@ class ToolInfo:
     output: Any = None
     output_captured: bool = False
     handoff_target: str | None = None
+    is_error: bool | None = None
+    """The span's own error flag where a framework keeps one instead of the span status
+    (`haystack.tool.error`, `acme.error`); None: the status and the result decide."""
+    error_text: str | None = None
 
 
 @runtime_checkable

@@ -8,6 +8,8 @@ plain GenAI last (dialects.md section 7). Each check is a handful of dict lookup
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from attest_otel.adapt.adk import ADK
 from attest_otel.adapt.base import Dialect, Role
 from attest_otel.adapt.genai import GenAI, GenAIOld
@@ -57,8 +59,15 @@ _BY_SCOPE: dict[str, tuple[Dialect, ...]] = {
 keys onto other frameworks' spans) is checked before it."""
 
 
-def detect(span: Span) -> tuple[Dialect, Role] | None:
-    """The span's dialect and role, or None for a span no dialect claims (HTTP, DB, ...)."""
+def detect(span: Span, declared: Sequence[Dialect] = ()) -> tuple[Dialect, Role] | None:
+    """The span's dialect and role, or None for a span no dialect claims (HTTP, DB, ...).
+
+    `declared` are the user's own dialects (a policy file's `dialects:`), asked first: whoever
+    wrote one knows their spans better than any marker here."""
+    for dialect in declared:
+        role = dialect.detect(span)
+        if role is not None:
+            return dialect, role
     if not span.attributes:
         # A framework's span may carry nothing but its name (ADK's `agent_run [x]`).
         by_scope = _BY_SCOPE.get(span.scope_name)

@@ -447,7 +447,7 @@ def error_fields(call: Call) -> None:
 
 def to_tool_call(call: Call) -> ToolCall:
     return ToolCall(
-        name=call.name or "unknown",
+        name=call.name or (call.node.span.name if call.node is not None else "unknown"),
         arguments=json_safe(call.arguments) if call.args_captured else None,
         output=json_safe(call.output) if call.output_captured else None,
         is_error=call.is_error,

@@ -19,14 +19,15 @@ tool call without a span.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from attest_otel.adapt import guard
-from attest_otel.adapt.base import ANSWER, SYSTEM, TASK, TOOLS, Role, ToolInfo
+from attest_otel.adapt.base import ANSWER, SYSTEM, TASK, TOOLS, Dialect, Role, ToolInfo
 from attest_otel.adapt.detect import detect
+from attest_otel.adapt.generic import GENERIC
 from attest_otel.adapt.matching import (
     Call,
     ModelCall,
@@ -64,6 +65,8 @@ def runs_from_spans(
     policy: Policy | None = None,
     allowed_tools: list[str] | None = None,
     fallbacks: dict[str, list[str]] | None = None,
+    dialects: Sequence[Dialect] = (),
+    hydrate: Callable[[Span], Span] | None = None,
 ) -> list[TraceRuns]:
     """Runs per trace, traces in order of first appearance, runs in start order.
 
@@ -80,7 +83,9 @@ def runs_from_spans(
     for record in logs:
         if record.span_id:
             span_logs.setdefault((record.trace_id, record.span_id), []).append(record)
-    settings = _Settings(policy or Policy.empty(), allowed_tools, fallbacks or None)
+    settings = _Settings(
+        policy or Policy.empty(), allowed_tools, fallbacks or None, tuple(dialects), hydrate
+    )
     return [_build(tid, tspans, span_logs, settings) for tid, tspans in traces.items()]
 
 
@@ -106,11 +111,12 @@ def runs_from_file(
     policy: Policy | None = None,
     allowed_tools: list[str] | None = None,
     fallbacks: dict[str, list[str]] | None = None,
+    dialects: Sequence[Dialect] = (),
 ) -> list[TraceRuns]:
     """`runs_from_spans` over an OTLP file (JSON lines or protobuf), with its log records."""
     # Imported here: the decoders pull in protobuf, which callers that already hold spans
     # (the sidecar, tests) do not need to load.
-    from attest_otel.ingest.decode import decode_file
+    from attest_otel.ingest.decode import decode_file, hydrate
 
     decoded = decode_file(path)
     return runs_from_spans(
@@ -119,6 +125,8 @@ def runs_from_file(
         policy=policy,
         allowed_tools=allowed_tools,
         fallbacks=fallbacks,
+        dialects=dialects,
+        hydrate=hydrate,
     )
 
 
@@ -128,6 +136,29 @@ class _Settings:
     policy: Policy
     allowed_tools: list[str] | None
     fallbacks: dict[str, list[str]] | None
+    dialects: tuple[Dialect, ...] = ()
+    """Dialects the user declared (`declared`), asked before the built-in ones."""
+    hydrate: Callable[[Span], Span] | None = None
+    """Fills in a lazily decoded span's attributes (`ingest.decode.hydrate`): the generic
+    reader and declared dialects need keys the decoders' GenAI test does not keep."""
+
+
+_RUN_MAKERS = (Role.AGENT, Role.TOOL, Role.HANDOFF)
+
+
+def _wrapper_name(node: Node) -> str | None:
+    """A nameless agent span takes the name of the agent span wrapping it (a framework's
+    component span around its agent loop, a named agent around per-turn agent spans)."""
+    parent = node.parent
+    for _ in range(8):
+        if parent is None:
+            return None
+        if parent.role is Role.AGENT and parent.dialect is not None:
+            name = parent.dialect.agent_name(parent.span)
+            if name:
+                return name
+        parent = parent.parent
+    return None
 
 
 class _Trace:
@@ -147,19 +178,26 @@ class _Trace:
         nodes: dict[str, Node] = {}
         dialects: list[str] = []
         duplicates = unreadable = 0
+        declared = self.settings.dialects
+        hydrate = self.settings.hydrate
         for span in self.spans:
             if span.span_id in nodes:
                 duplicates += 1  # the same span exported twice
                 continue
             try:
-                found = detect(span)
+                if declared and hydrate is not None:
+                    hydrate(span)
+                found = detect(span, declared)
             except Exception:  # a value of a type no convention uses
                 log.debug("could not classify span %s", span.span_id, exc_info=True)
                 found = None
                 unreadable += 1
             nodes[span.span_id] = Node(span, found)
-            if found is not None and found[0].name not in dialects:
-                dialects.append(found[0].name)
+        if not any(n.role in _RUN_MAKERS for n in nodes.values()):
+            unreadable += self._read_generic(nodes)
+        for node in nodes.values():
+            if node.dialect is not None and node.dialect.name not in dialects:
+                dialects.append(node.dialect.name)
         if not dialects:
             return TraceRuns(self.trace_id, [], [])
         anomalies: dict[str, int] = {}
@@ -181,6 +219,25 @@ class _Trace:
         runs = [b.run for b in builds if b.run is not None]
         return TraceRuns(self.trace_id, runs, dialects, anomalies)
 
+    def _read_generic(self, nodes: dict[str, Node]) -> int:
+        """The generic reader's pass over spans no dialect claimed, in a trace where no
+        dialect found an agent, tool or handoff span; returns how many it could not read."""
+        hydrate = self.settings.hydrate
+        failed = 0
+        for node in nodes.values():
+            if node.dialect is not None:
+                continue
+            try:
+                if hydrate is not None:
+                    hydrate(node.span)
+                role = GENERIC.detect(node.span)
+            except Exception:
+                log.debug("generic reader: span %s", node.span.span_id, exc_info=True)
+                failed += 1
+                continue
+            if role is not None:
+                node.dialect, node.role = GENERIC, role
+        return failed
 
     def _assemble(self, build: RunBuild) -> Run:
         calls: list[Call] = []
@@ -214,7 +271,7 @@ class _Trace:
         run = Run(trace_id=self.trace_id, span_id=build.root.span.span_id)
         anchor = build.node or (build.root if build.root.dialect is not None else None)
         if anchor is not None and anchor.dialect is not None:
-            run.agent = anchor.dialect.agent_name(anchor.span)
+            run.agent = anchor.dialect.agent_name(anchor.span) or _wrapper_name(anchor)
         self._describe(run, anchor, groups)
         run.steps = [Step(tool_call=to_tool_call(c)) for c in calls]
         self._apply_policy(run, anchor)
@@ -228,8 +285,9 @@ class _Trace:
         except Exception:
             log.warning("could not read tool span %s", span.span_id, exc_info=True)
             info = ToolInfo(name=span.name)
+        generic = node.dialect is GENERIC
         return Call(
-            name=info.name if node.role is Role.HANDOFF else info.name or span.name,
+            name=info.name if node.role is Role.HANDOFF or generic else info.name or span.name,
             call_id=info.call_id,
             arguments=info.arguments,
             args_captured=info.arguments_captured,
@@ -241,6 +299,8 @@ class _Trace:
             seq=seq,
             node=node,
             handoff_target=info.handoff_target if node.role is Role.HANDOFF else None,
+            is_error=info.is_error,
+            error_text=info.error_text,
         )
 
     def _invocations(self, build: RunBuild) -> dict[int, RunBuild]:
