@@ -217,3 +217,28 @@ def event_exception_text(span: Span) -> str | None:
                 return f"{etype}: {msg}"
             return etype or msg
     return None
+
+
+_METHODS = (".__call__", ".run", ".arun", ".invoke", ".ainvoke", ".call", ".acall", ".execute",
+            ".aexecute", ".forward", "._run", "._arun")
+
+
+def strip_method(name: str) -> str:
+    """`lookup_order.run` -> `lookup_order`: frameworks name spans after the method that ran
+    (`<tool>.run`, `FunctionTool.acall`, `billing_agent.run`); the part before it is the name."""
+    for method in _METHODS:
+        if name.endswith(method) and len(name) > len(method):
+            return name[: -len(method)]
+    return name
+
+
+def call_arguments(value: Any) -> Any:
+    """Arguments recorded as a Python call, `{"args": [], "kwargs": {...}}` (smolagents, some
+    OpenInference wrappers), are the keyword arguments; any other value is left as it is."""
+    if isinstance(value, dict) and isinstance(value.get("kwargs"), dict):
+        positional = value.get("args")
+        if not positional:
+            return value["kwargs"]
+        if isinstance(positional, list) and not value["kwargs"] and len(positional) == 1:
+            return positional[0]
+    return value

@@ -31,6 +31,7 @@ from attest_otel.adapt.base import (
     loads_lenient,
     loads_structured,
     policy_attrs,
+    strip_method,
 )
 from attest_otel.ingest.span import LogRecord, Span
 
@@ -72,8 +73,6 @@ _AGENT_NAME_SUFFIXES = ("agent.name", "agent_name", "agentname", "component.name
 _TOOLS_SUFFIXES = (".tools", "available_tools", "tool_definitions", ".functions")
 _TOOLS_KEYS = frozenset(("tools", "functions"))
 
-_METHODS = (".__call__", ".run", ".arun", ".invoke", ".ainvoke", ".call", ".acall", ".execute",
-            ".forward", "._run", "._arun")
 _NAME_PREFIXES = ("execute_tool ", "tool: ", "tool:", "tool ", "Tool: ", "Tool ", "function: ",
                   "agent ", "Agent ", "agent: ", "Agent: ", "invoke_agent ")
 _WORD = re.compile(r"[a-z0-9_]+")
@@ -207,10 +206,7 @@ def _bare_name(name: str) -> str | None:
         if text.startswith(prefix):
             text = text[len(prefix):].strip()
             break
-    for method in _METHODS:
-        if text.endswith(method):
-            text = text[: -len(method)]
-            break
+    text = strip_method(text)
     if not text or "." in text or " " in text or "/" in text:
         return None
     return None if text.lower() in _ROLE_WORDS or text.lower() in _CONTAINER_WORDS else text

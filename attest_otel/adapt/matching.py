@@ -456,3 +456,14 @@ def to_tool_call(call: Call) -> ToolCall:
         span_id=call.span_id,
         call_id=call.call_id,
     )
+
+
+def answer_text(call: Call) -> str | None:
+    """The answer an answer tool delivered: its result, else its `answer` argument."""
+    if call.output_captured and isinstance(call.output, str) and call.output:
+        return call.output
+    args = call.arguments
+    if isinstance(args, dict):
+        value = args.get("answer")
+        return value if isinstance(value, str) else None
+    return args if isinstance(args, str) else None

@@ -33,11 +33,13 @@ from attest_otel.adapt.base import (
     ToolRequest,
     Want,
     attr_str,
+    call_arguments,
     captured,
     clean_id,
     loads_lenient,
     loads_structured,
     policy_attrs,
+    strip_method,
 )
 from attest_otel.adapt.messages import (
     answer_in,
@@ -79,16 +81,22 @@ class OpenInference:
 
     def agent_name(self, span: Span) -> str | None:
         attrs = span.attributes
-        return attr_str(attrs, "agent.name") or attr_str(attrs, "graph.node.name") or span.name
+        return (
+            attr_str(attrs, "agent.name")
+            or attr_str(attrs, "graph.node.name")
+            # CrewAI: the role; its span is named `<role>._execute_core`
+            or attr_str(attrs, "graph.node.id")
+            or strip_method(span.name)
+        )
 
     def tool(self, span: Span) -> ToolInfo:
         attrs = span.attributes
         args = attrs.get("input.value")
         result = attrs.get("output.value")
         info = ToolInfo(
-            name=attr_str(attrs, "tool.name") or span.name,
+            name=attr_str(attrs, "tool.name") or strip_method(span.name),
             call_id=clean_id(attrs.get("tool.id") or attrs.get("tool_call.id")),
-            arguments=loads_lenient(args) if captured(args) else None,
+            arguments=call_arguments(loads_lenient(args)) if captured(args) else None,
             arguments_captured=captured(args),
         )
         if captured(result):
@@ -118,6 +126,8 @@ class OpenInference:
         raw_out = attrs.get("output.value")
         if ANSWER in want and captured(raw_out):
             ex.answer = _answer(raw_out)
+        if TASK in want and not ex.task and captured(raw_out):
+            ex.task = _task_in_output(raw_out)
         return ex
 
     def policy_values(self, span: Span) -> tuple[Any, Any]:
@@ -165,12 +175,24 @@ def _task(raw: Any, want_input: bool) -> tuple[str | None, list[Message] | None]
     return task_in(value), None
 
 
+def _task_in_output(raw: Any) -> str | None:
+    """A task object handed back with the result (CrewAI's TaskOutput: `description`), else
+    the first user text of the conversation the output carries."""
+    value = loads_structured(raw)
+    if isinstance(value, dict):
+        found = value.get("description")
+        if isinstance(found, str) and found:
+            return found
+        return task_in(value, 0)
+    return None
+
+
 def _answer(raw: Any) -> str | None:
     value = loads_structured(raw)
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
-        for key in ("output", "answer", "final_output", "result"):
+        for key in ("output", "answer", "final_output", "result", "raw"):
             found = value.get(key)
             if isinstance(found, str):
                 return found

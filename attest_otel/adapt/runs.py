@@ -19,6 +19,7 @@ tool call without a span.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from attest_otel.adapt.generic import GENERIC
 from attest_otel.adapt.matching import (
     Call,
     ModelCall,
+    answer_text,
     dedupe,
     error_fields,
     from_models,
@@ -145,6 +147,45 @@ class _Settings:
 
 _RUN_MAKERS = (Role.AGENT, Role.TOOL, Role.HANDOFF)
 
+ANSWER_TOOLS = frozenset(("final_answer",))
+"""Tools a framework gives the model to deliver its answer (smolagents' `final_answer`): the
+call is the answer, not a use of a tool, and no policy may call it disallowed."""
+
+
+def _answer_tool(calls: list[Call]) -> Call | None:
+    """Drops answer-tool calls from `calls` (in place); returns the last one."""
+    found = [c for c in calls if c.name in ANSWER_TOOLS]
+    for call in found:
+        calls.remove(call)
+    return found[-1] if found else None
+
+
+_REPR = re.compile(r"^[A-Z][A-Za-z0-9_]*\((?:[a-z_]+=|\))")
+_STATE_AGENT = re.compile(r"""\b(?:current_)?agent_name=['"]([\w.-]{1,128})['"]""")
+
+
+_REACT_ANSWER = re.compile(r"(?:^|\n)\s*(?:Final )?Answer:\s*", re.IGNORECASE)
+
+
+def strip_react(text: str) -> str:
+    """A ReAct model's last output is `Thought: ...\nAnswer: <answer>`: the answer is what
+    follows the last `Answer:` line; any other text is kept whole."""
+    if not text.lstrip().startswith("Thought:"):
+        return text
+    found = list(_REACT_ANSWER.finditer(text))
+    return text[found[-1].end():] if found else text
+
+
+def looks_like_repr(text: str) -> bool:
+    """A Python repr of framework objects (`StopEvent(result=AgentOutput(...`), which some
+    instrumentations record as a span's output: not text anybody was given."""
+    return bool(_REPR.match(text.lstrip()))
+
+
+def _implicit(node: Node) -> bool:
+    """An agent the assembler inferred (`tree`), not one its dialect marks."""
+    return node.dialect is not None and node.dialect.detect(node.span) is not Role.AGENT
+
 
 def _wrapper_name(node: Node) -> str | None:
     """A nameless agent span takes the name of the agent span wrapping it (a framework's
@@ -211,6 +252,7 @@ class _Trace:
         if skewed:
             anomalies[guard.CLOCK_SKEW] = skewed
         guard.report(self.trace_id, anomalies)
+        self.nodes = nodes
         builds = run_builds(nodes, roots)
         depth = depths(builds)
         for build in sorted(builds, key=lambda b: depth[id(b)], reverse=True):
@@ -218,6 +260,19 @@ class _Trace:
         builds.sort(key=lambda b: b.root.key)
         runs = [b.run for b in builds if b.run is not None]
         return TraceRuns(self.trace_id, runs, dialects, anomalies)
+
+    def _state_name(self, root: Node) -> str | None:
+        """The agent of a run no span marks as one, where the framework's recorded state
+        names it (LlamaIndex: `current_agent_name='billing_agent'` in its steps' inputs)."""
+        for node in self.nodes.values():
+            if node.parent is not root:
+                continue
+            value = node.span.attributes.get("input.value")
+            if isinstance(value, str):
+                found = _STATE_AGENT.search(value)
+                if found:
+                    return found.group(1)
+        return None
 
     def _read_generic(self, nodes: dict[str, Node]) -> int:
         """The generic reader's pass over spans no dialect claimed, in a trace where no
@@ -264,6 +319,7 @@ class _Trace:
             from_models(self.logs, build, calls, groups, direct)
         # A handoff passes control on; it is not a tool call (it only claimed its request).
         calls = [c for c in calls if c.node is None or c.node.role is not Role.HANDOFF]
+        answer_call = _answer_tool(calls)
         for call in calls:
             error_fields(call)
         calls.sort(key=lambda c: c.key)
@@ -272,7 +328,11 @@ class _Trace:
         anchor = build.node or (build.root if build.root.dialect is not None else None)
         if anchor is not None and anchor.dialect is not None:
             run.agent = anchor.dialect.agent_name(anchor.span) or _wrapper_name(anchor)
+        if build.node is None or _implicit(build.node):
+            run.agent = self._state_name(build.root) or run.agent
         self._describe(run, anchor, groups)
+        if answer_call is not None and run.final_answer is None:
+            run.final_answer = answer_text(answer_call)
         run.steps = [Step(tool_call=to_tool_call(c)) for c in calls]
         self._apply_policy(run, anchor)
         return run
@@ -331,19 +391,24 @@ class _Trace:
         if groups:
             first = frozenset(
                 part
-                for part, value in ((TASK, task), (SYSTEM, system), (TOOLS, tools or None))
+                for part, value in ((TASK, task or None), (SYSTEM, system), (TOOLS, tools or None))
                 if value is None
             )
-            if task is None:
-                task = groups[0].part(TASK, logs, first)
+            if not task or looks_like_repr(task):
+                # A preparation step recorded as a model span may hold no readable text.
+                for group in groups[:3]:
+                    found = group.part(TASK, logs, first)
+                    if found and not looks_like_repr(found):
+                        task = found
+                        break
             if system is None:
                 system = groups[0].part(SYSTEM, logs, first)
             if not tools:
                 tools = list(groups[0].part(TOOLS, logs, first) or ())
-            if answer is None:
-                answer = groups[-1].part(ANSWER, logs)
+            if answer is None or looks_like_repr(answer):
+                answer = groups[-1].part(ANSWER, logs) or answer
         run.task = (task or "").rstrip()
-        run.final_answer = answer.rstrip() if answer is not None else None
+        run.final_answer = strip_react(answer).rstrip() if answer is not None else None
         run.system_prompt = system
         run.tool_definitions = tools
 

@@ -95,6 +95,8 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
     """The runs of one linked trace, each with its member spans and nested runs."""
     agents = [n for n in nodes.values() if n.role is Role.AGENT]
     if not agents:
+        agents = _implicit_agents(nodes)
+    if not agents:
         work = [n for n in nodes.values() if n.role in WORK]
         if not work:
             return []
@@ -139,6 +141,33 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
     return builds
 
 # --- one run ---------------------------------------------------------------------------
+
+def _implicit_agents(nodes: dict[str, Node]) -> list[Node]:
+    """Agents no span is marked as: a workflow run by a tool that calls a model of its own
+    (LlamaIndex's `FunctionAgent.run` inside the tool that delegates to it) is a nested run.
+    The trace's top run needs no marking: what is outside every agent is its work. Marked
+    here as agents, so the rest of the assembly treats them like any other."""
+    models_below: set[int] = set()
+    for node in nodes.values():
+        if node.role is Role.MODEL:
+            parent, steps = node.parent, 0
+            while parent is not None and steps < 64 and id(parent) not in models_below:
+                models_below.add(id(parent))
+                parent, steps = parent.parent, steps + 1
+    found = []
+    for node in nodes.values():
+        parent = node.parent
+        if (
+            parent is not None
+            and parent.role is Role.TOOL
+            and node.role not in WORK
+            and node.dialect is not None
+            and id(node) in models_below
+        ):
+            node.role = Role.AGENT
+            found.append(node)
+    return found
+
 
 def up(node: Node | None, pred: Any, limit: int) -> Node | None:
     """The nearest node from `node` upwards (itself included) that satisfies `pred`."""
