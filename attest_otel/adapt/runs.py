@@ -28,6 +28,7 @@ from typing import Any
 from attest_otel.adapt import guard
 from attest_otel.adapt.base import ANSWER, SYSTEM, TASK, TOOLS, Dialect, Role, ToolInfo
 from attest_otel.adapt.detect import detect
+from attest_otel.adapt.explain import SpanReading, readings
 from attest_otel.adapt.generic import GENERIC
 from attest_otel.adapt.matching import (
     Call,
@@ -58,6 +59,8 @@ class TraceRuns:
     anomalies: dict[str, int] = field(default_factory=dict)
     """What was wrong with the trace and how it was handled, by kind (see `guard`): e.g.
     `{"duplicate_span_ids": 2, "parent_cycles": 1}`. Empty for a sound trace."""
+    spans: list[SpanReading] | None = None
+    """With `explain=True`: what each span was read as and became (`explain`)."""
 
 
 def runs_from_spans(
@@ -69,6 +72,7 @@ def runs_from_spans(
     fallbacks: dict[str, list[str]] | None = None,
     dialects: Sequence[Dialect] = (),
     hydrate: Callable[[Span], Span] | None = None,
+    explain: bool = False,
 ) -> list[TraceRuns]:
     """Runs per trace, traces in order of first appearance, runs in start order.
 
@@ -86,7 +90,8 @@ def runs_from_spans(
         if record.span_id:
             span_logs.setdefault((record.trace_id, record.span_id), []).append(record)
     settings = _Settings(
-        policy or Policy.empty(), allowed_tools, fallbacks or None, tuple(dialects), hydrate
+        policy or Policy.empty(), allowed_tools, fallbacks or None, tuple(dialects), hydrate,
+        explain,
     )
     return [_build(tid, tspans, span_logs, settings) for tid, tspans in traces.items()]
 
@@ -114,6 +119,7 @@ def runs_from_file(
     allowed_tools: list[str] | None = None,
     fallbacks: dict[str, list[str]] | None = None,
     dialects: Sequence[Dialect] = (),
+    explain: bool = False,
 ) -> list[TraceRuns]:
     """`runs_from_spans` over an OTLP file (JSON lines or protobuf), with its log records."""
     # Imported here: the decoders pull in protobuf, which callers that already hold spans
@@ -129,6 +135,7 @@ def runs_from_file(
         fallbacks=fallbacks,
         dialects=dialects,
         hydrate=hydrate,
+        explain=explain,
     )
 
 
@@ -143,6 +150,7 @@ class _Settings:
     hydrate: Callable[[Span], Span] | None = None
     """Fills in a lazily decoded span's attributes (`ingest.decode.hydrate`): the generic
     reader and declared dialects need keys the decoders' GenAI test does not keep."""
+    explain: bool = False
 
 
 _RUN_MAKERS = (Role.AGENT, Role.TOOL, Role.HANDOFF)
@@ -240,7 +248,10 @@ class _Trace:
             if node.dialect is not None and node.dialect.name not in dialects:
                 dialects.append(node.dialect.name)
         if not dialects:
-            return TraceRuns(self.trace_id, [], [])
+            empty = TraceRuns(self.trace_id, [], [])
+            if self.settings.explain:
+                empty.spans = readings(nodes, [])
+            return empty
         anomalies: dict[str, int] = {}
         if duplicates:
             anomalies[guard.DUPLICATE_SPAN_IDS] = duplicates
@@ -259,7 +270,10 @@ class _Trace:
             build.run = self._assemble(build)
         builds.sort(key=lambda b: b.root.key)
         runs = [b.run for b in builds if b.run is not None]
-        return TraceRuns(self.trace_id, runs, dialects, anomalies)
+        traced = TraceRuns(self.trace_id, runs, dialects, anomalies)
+        if self.settings.explain:
+            traced.spans = readings(nodes, builds)
+        return traced
 
     def _state_name(self, root: Node) -> str | None:
         """The agent of a run no span marks as one, where the framework's recorded state

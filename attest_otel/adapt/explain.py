@@ -1,0 +1,134 @@
+"""Why a trace came out as it did: what each span was read as, and what content is missing.
+
+`attest-otel inspect` exists for the framework nobody has seen yet: a user must be able to
+tell from its output alone why a run came out as it did. So the assembler, when asked
+(`runs_from_spans(..., explain=True)`), records for every span the dialect and role it was
+read as, which run or call it became, or why it was left out; and for every run what could
+not be read, with the setting that turns capture on for the instrumentation that wrote it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from attest_otel.adapt.base import Role
+from attest_otel.adapt.tree import Node, RunBuild
+from attest_otel.model import Run
+
+__all__ = ["CAPTURE_SETTINGS", "RunGaps", "SpanReading", "gaps", "readings"]
+
+CAPTURE_SETTINGS: dict[str, str] = {
+    "genai": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true (latest conventions: "
+    "SPAN_ONLY or SPAN_AND_EVENT), or the framework's own content switch",
+    "genai-old": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, and export logs: "
+    "content travels in log events",
+    "openinference": "unset OPENINFERENCE_HIDE_INPUTS / OPENINFERENCE_HIDE_OUTPUTS (and the "
+    "TraceConfig hide_* options)",
+    "openllmetry": "TRACELOOP_TRACE_CONTENT=true",
+    "vercel": "experimental_telemetry: {recordInputs: true, recordOutputs: true}",
+    "vercel-genai": "experimental_telemetry: {recordInputs: true, recordOutputs: true}",
+    "pydantic-ai": "InstrumentationSettings(include_content=True)",
+    "strands": "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental keeps content on spans",
+    "adk": "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=true (current ADK: "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)",
+    "langsmith": "LANGSMITH_HIDE_INPUTS / LANGSMITH_HIDE_OUTPUTS unset",
+    "generic": "the framework's own content or tracing switch (a dialect file can name where "
+    "it keeps content)",
+}
+"""Per dialect, the setting that makes its instrumentation record content."""
+
+
+@dataclass(slots=True)
+class SpanReading:
+    span_id: str
+    parent_id: str | None
+    name: str
+    dialect: str | None
+    role: str | None
+    became: str
+    """What the span became, or why nothing: `run 0`, `call 2 of run 0`, `model call in run
+    0`, `not read: no dialect claims it`, ..."""
+    rule: str | None = None
+    """The declared dialect rule that matched, for a dialect from a YAML file."""
+
+
+@dataclass(slots=True)
+class RunGaps:
+    """What one run could not read, and the setting that would have recorded it."""
+
+    missing: list[str] = field(default_factory=list)
+    capture: list[str] = field(default_factory=list)
+
+
+def readings(nodes: dict[str, Node], builds: list[RunBuild]) -> list[SpanReading]:
+    """One reading per span, in the order the spans came."""
+    runs = [b for b in builds if b.run is not None]
+    index = {id(b): i for i, b in enumerate(sorted(runs, key=lambda b: b.root.key))}
+    became: dict[str, str] = {}
+    for build in runs:
+        n = index[id(build)]
+        run = build.run
+        assert run is not None
+        became[build.root.span.span_id] = f"run {n} ({run.agent or 'unnamed agent'})"
+        for i, step in enumerate(run.steps):
+            call = step.tool_call
+            if call is not None and call.span_id:
+                became.setdefault(call.span_id, f"call {i} of run {n} ({call.name})")
+        for member in build.members:
+            sid = member.span.span_id
+            if sid in became:
+                continue
+            if member.role is Role.MODEL:
+                became[sid] = f"model call in run {n}"
+            elif member.role is Role.HANDOFF:
+                became[sid] = f"handoff in run {n}: control passed on, not a call"
+            else:
+                became[sid] = f"not a call of run {n}: the same call seen twice, or an answer tool"
+    out = []
+    for node in nodes.values():
+        span = node.span
+        what = became.get(span.span_id) or _left_out(node)
+        rule_for = getattr(node.dialect, "rule_for", None)
+        out.append(
+            SpanReading(
+                span.span_id,
+                span.parent_id,
+                span.name,
+                node.dialect.name if node.dialect is not None else None,
+                node.role.value if node.role is not None else None,
+                what,
+                rule_for(span) if callable(rule_for) else None,
+            )
+        )
+    return out
+
+
+def _left_out(node: Node) -> str:
+    if node.dialect is None:
+        return "not read: no dialect claims it (not GenAI, or a framework no reader knows)"
+    if node.role is Role.AGENT:
+        return "not a run: an agent container that only holds other agents"
+    if node.role is Role.WORKFLOW:
+        return "not a run: a workflow or runner container"
+    if node.role is Role.OTHER:
+        return "recognised, not needed for grading"
+    return "outside every run"
+
+
+def gaps(run: Run, dialects: list[str]) -> RunGaps:
+    """What content this run lacks, and how to turn its capture on."""
+    out = RunGaps()
+    if not run.task:
+        out.missing.append("task")
+    if run.final_answer is None:
+        out.missing.append("final answer")
+    calls = [s.tool_call for s in run.steps if s.tool_call is not None]
+    uncaptured = sum(1 for c in calls if not c.output_captured)
+    if uncaptured:
+        out.missing.append(f"tool results ({uncaptured} of {len(calls)} calls)")
+    unargued = sum(1 for c in calls if c.arguments is None)
+    if unargued:
+        out.missing.append(f"tool arguments ({unargued} of {len(calls)} calls)")
+    if out.missing:
+        out.capture = [f"{d}: {CAPTURE_SETTINGS[d]}" for d in dialects if d in CAPTURE_SETTINGS]
+    return out

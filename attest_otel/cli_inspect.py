@@ -1,0 +1,159 @@
+"""`attest-otel inspect`: why a trace's runs came out as they did.
+
+For the framework nobody has tested yet: per trace, which dialect each span was read as,
+which span became each run and each call, which spans were left out and why, and what
+content is missing with the setting that turns its capture on (`adapt.explain`). It reads
+the trace exactly as `grade` does, policy and declared dialects included, and grades nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from attest_otel.adapt import TraceRuns, runs_from_spans
+from attest_otel.adapt.explain import SpanReading, gaps
+from attest_otel.cli_sources import load_trace, trace_source_options
+from attest_otel.errors import UsageError
+
+
+@click.command()
+@click.option("--file", "file", type=click.Path(path_type=Path), help="An OTLP file to read.")
+@click.option("--trace-id", help="Read one trace by id, from --from (default: the store).")
+@click.option(
+    "--policy", type=click.Path(path_type=Path), help="Policy file (its dialects: are used)."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON document per trace, a line each.")
+@trace_source_options
+def inspect(
+    file: Path | None,
+    trace_id: str | None,
+    policy: Path | None,
+    as_json: bool,
+    source: str,
+    headers: Sequence[str],
+    ca_file: Path | None,
+    client_cert: Path | None,
+    client_key: Path | None,
+    insecure: bool,
+    timeout_s: float,
+    since_s: float | None,
+) -> None:
+    """Show how each span of a trace was read, and what content is missing."""
+    from attest_otel.config import load_policy
+    from attest_otel.ingest.decode import decode_file, hydrate
+
+    if (file is None) == (trace_id is None):
+        raise UsageError("inspect takes --file PATH or --trace-id ID (they exclude each other)")
+    if since_s is not None:
+        raise UsageError("inspect reads one trace or file; --since is for grade")
+    loaded = load_policy(policy) if policy is not None else None
+    if file is not None:
+        decoded = decode_file(file)
+    else:
+        assert trace_id is not None
+        decoded = load_trace(
+            trace_id, source, headers, ca_file=ca_file, client_cert=client_cert,
+            client_key=client_key, insecure=insecure, timeout_s=timeout_s,
+        )
+    traces = runs_from_spans(
+        decoded.spans,
+        decoded.logs,
+        policy=loaded,
+        dialects=getattr(loaded, "dialects", ()),
+        hydrate=hydrate,
+        explain=True,
+    )
+    if not traces:
+        raise UsageError("no spans in the input")
+    for trace in traces:
+        if as_json:
+            click.echo(json.dumps(_as_dict(trace), ensure_ascii=False))
+        else:
+            click.echo("\n".join(_lines(trace)))
+
+
+def _as_dict(trace: TraceRuns) -> dict[str, Any]:
+    return {
+        "trace_id": trace.trace_id,
+        "dialects": trace.dialects,
+        "anomalies": trace.anomalies,
+        "spans": [asdict(r) for r in trace.spans or ()],
+        "runs": [
+            {
+                "agent": run.agent,
+                "span_id": run.span_id,
+                "task": run.task,
+                "final_answer": run.final_answer,
+                "calls": [
+                    {
+                        "name": s.tool_call.name,
+                        "span_id": s.tool_call.span_id,
+                        "call_id": s.tool_call.call_id,
+                        "output_captured": s.tool_call.output_captured,
+                    }
+                    for s in run.steps
+                    if s.tool_call is not None
+                ],
+                **asdict(gaps(run, trace.dialects)),
+            }
+            for run in trace.runs
+        ],
+    }
+
+
+def _lines(trace: TraceRuns) -> list[str]:
+    out = [f"trace {trace.trace_id}", f"  read as: {', '.join(trace.dialects) or 'nothing'}"]
+    if "generic" in trace.dialects:
+        out.append("  note: the generic reader guessed from names and shapes (no dialect "
+                   "module knows these spans); a dialect file makes it exact")
+    for kind, count in sorted(trace.anomalies.items()):
+        out.append(f"  anomaly: {kind} x{count}")
+    out.append("  spans:")
+    out.extend(_tree(trace.spans or []))
+    for n, run in enumerate(trace.runs):
+        calls = [s.tool_call for s in run.steps if s.tool_call is not None]
+        out.append(f"  run {n}: agent {run.agent or '(no name)'} from span {run.span_id}")
+        out.append(f"    task: {_short(run.task) or '(not captured)'}")
+        answer = run.final_answer
+        out.append(f"    answer: {_short(answer) if answer is not None else '(not captured)'}")
+        out.append(f"    calls: {' -> '.join(c.name for c in calls) or 'none'}")
+        found = gaps(run, trace.dialects)
+        if found.missing:
+            out.append(f"    missing: {', '.join(found.missing)}")
+            out.extend(f"    turn capture on: {hint}" for hint in found.capture)
+    return out
+
+
+def _tree(readings: list[SpanReading]) -> list[str]:
+    """The spans as a tree, parents first, children in the order they came."""
+    ids = {r.span_id for r in readings}
+    children: dict[str | None, list[SpanReading]] = {}
+    for r in readings:
+        parent = r.parent_id if r.parent_id in ids else None
+        children.setdefault(parent, []).append(r)
+    out: list[str] = []
+    stack = [(r, 0) for r in reversed(children.get(None, []))]
+    seen: set[str] = set()
+    while stack:
+        r, depth = stack.pop()
+        if r.span_id in seen:
+            continue
+        seen.add(r.span_id)
+        read = f"{r.dialect}/{r.role}" if r.dialect else "-"
+        rule = f" [rule {r.rule}]" if r.rule else ""
+        out.append(f"    {'  ' * depth}{_short(r.name, 60)}  ({read}{rule}) -> {r.became}")
+        stack.extend((c, depth + 1) for c in reversed(children.get(r.span_id, [])))
+    return out
+
+
+def _short(text: str | None, width: int = 100) -> str:
+    if not text:
+        return ""
+    one = " ".join(text.split())
+    return one if len(one) <= width else one[: width - 1] + "…"
