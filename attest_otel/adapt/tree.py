@@ -93,7 +93,7 @@ class RunBuild:
 
 def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
     """The runs of one linked trace, each with its member spans and nested runs."""
-    agents = [n for n in nodes.values() if n.role is Role.AGENT]
+    agents = _turns_merged([n for n in nodes.values() if n.role is Role.AGENT])
     if not agents:
         agents = _implicit_agents(nodes)
     if not agents:
@@ -110,10 +110,13 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
             owner = agent_at(node.parent)
             if owner is not None:
                 (has_work if node.role in WORK else has_agent_below).add(id(owner))
+    # An empty agent span named like an agent that works elsewhere in the trace marks the
+    # moment of a handoff (OpenLIT), not a run of its own.
+    working = {_name(a) for a in agents if id(a) in has_work} - {None}
     runs = {
         id(a): RunBuild(a, a)
         for a in agents
-        if id(a) in has_work or id(a) not in has_agent_below
+        if id(a) in has_work or (id(a) not in has_agent_below and _name(a) not in working)
     }
     run_at = Nearest(set(runs)) if len(runs) != len(agents) else agent_at
     leftover: list[Node] = []
@@ -141,6 +144,33 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
     return builds
 
 # --- one run ---------------------------------------------------------------------------
+
+def _name(node: Node) -> str | None:
+    return node.dialect.agent_name(node.span) if node.dialect is not None else None
+
+
+def _turns_merged(agents: list[Node]) -> list[Node]:
+    """Turns of one agent are one run: a nameless agent span inside a named one (OpenLIT's
+    per-turn `invoke_agent` under `invoke_agent billing_agent`) is a step of that agent, not
+    an agent of its own; split, an error would be cut off from the retry that recovered it."""
+    if len(agents) < 2:
+        return agents
+    nearest = Nearest({id(a) for a in agents})
+    kept = []
+    for node in agents:
+        owner = nearest(node.parent)
+        if (
+            owner is not None
+            and node.dialect is not None
+            and owner.dialect is not None
+            and not node.dialect.agent_name(node.span)
+            and owner.dialect.agent_name(owner.span)
+        ):
+            node.role = Role.WORKFLOW
+        else:
+            kept.append(node)
+    return kept
+
 
 def _implicit_agents(nodes: dict[str, Node]) -> list[Node]:
     """Agents no span is marked as: a workflow run by a tool that calls a model of its own
