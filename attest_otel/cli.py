@@ -8,6 +8,8 @@ so `attest-otel --help` and `tools` start fast.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
 import os
 import sys
@@ -17,9 +19,10 @@ from typing import Any, TypeVar
 
 import click
 
+from attest_otel.cli_inspect import inspect
 from attest_otel.cli_serve import serve
 from attest_otel.cli_sources import report, trace_source_options
-from attest_otel.errors import AttestOtelError, UsageError
+from attest_otel.errors import EXIT_BROKEN_PIPE, AttestOtelError, InputError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,6 +30,41 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _fail(message: str, code: int) -> None:
     click.echo(f"attest-otel: error: {message}", err=True)
     sys.exit(code)
+
+
+def _broken_pipe() -> None:
+    """`grade ... | head`: the reader has all it wanted. Point stdout at /dev/null so the
+    interpreter's final flush cannot fail again, say it once, and exit as a shell reports a
+    writer SIGPIPE killed."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    with contextlib.suppress(OSError):
+        click.echo("attest-otel: stdout was closed before the output ended", err=True)
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
+class _Warnings:
+    """Problems that do not stop grading but could make a pass mean nothing (a misspelt key,
+    a policy entry no run uses): one stderr line each; `--strict` makes them exit 2."""
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+        self.count = 0
+
+    def __call__(self, message: str) -> None:
+        self.count += 1
+        click.echo(f"attest-otel: warning: {message}", err=True)
+
+    def check(self) -> None:
+        if self.strict and self.count:
+            raise UsageError(f"{self.count} warning(s) above, and --strict makes them errors")
+
+
+def _strict_option(f: F) -> F:
+    return click.option(
+        "--strict", is_flag=True, help="Treat warnings (unknown keys, unused policy) as errors."
+    )(f)
 
 
 class _Group(click.Group):
@@ -39,6 +77,8 @@ class _Group(click.Group):
             _fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
+        except BrokenPipeError:
+            _broken_pipe()
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as e:
@@ -100,14 +140,19 @@ def _exit_for(results: Sequence[Any]) -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 @_model_options
 @_json_option
+@_strict_option
 def tools(
-    file: Path, appropriate: bool, check_answer: bool, model: str | None, as_json: bool
+    file: Path,
+    appropriate: bool,
+    check_answer: bool,
+    model: str | None,
+    as_json: bool,
+    strict: bool,
 ) -> None:
     """Grade the tool use of the runs in FILE (.json: one run; .jsonl: one per line)."""
     from attest_otel.grade import grader
-    from attest_otel.model import read_runs
 
-    runs = read_runs(file)
+    runs = _read_runs(file, strict)
     judge = grader.judge_for_tool_use(asked=appropriate or check_answer, model=model)
     results = [grader.grade(run, judge=judge, appropriate=appropriate) for run in runs]
     _print_runs(runs, results, as_json)
@@ -120,16 +165,45 @@ def tools(
     "--model", help="Model for the checks (default: $ATTEST_OTEL_MODEL or claude-haiku-4-5)."
 )
 @_json_option
-def run(file: Path, model: str | None, as_json: bool) -> None:
+@_strict_option
+def run(file: Path, model: str | None, as_json: bool, strict: bool) -> None:
     """Run every check on the runs in FILE; model checks whenever ANTHROPIC_API_KEY is set."""
     from attest_otel.grade import grader, llm
-    from attest_otel.model import read_runs
 
-    runs = read_runs(file)
+    runs = _read_runs(file, strict)
     judge = llm.judge_from_env(model)
     results = [grader.grade(r, judge=judge) for r in runs]
     _print_runs(runs, results, as_json)
     _exit_for(results)
+
+
+def _read_runs(file: Path, strict: bool) -> list[Any]:
+    """The runs of a run file, with its unknown keys warned about; none at all is exit 2,
+    since a CI gate reading "0 runs, 0 failed" as a pass would pass on an empty file."""
+    from attest_otel.model import read_runs
+
+    warn = _Warnings(strict)
+    runs = read_runs(file, warn=warn)
+    warn.check()
+    if not runs:
+        raise InputError(str(file), "no runs to grade")
+    return runs
+
+
+def _unused_policy_agents(policy: Any, traces: Sequence[Any], warn: _Warnings) -> None:
+    """A policy entry whose agent name no run has (`billing_agnet`) grades nothing, and its
+    agent then runs with every tool allowed: warn, with the closest name seen."""
+    from attest_otel.config import ANY_AGENT
+
+    seen = sorted({run.agent for trace in traces for run in trace.runs if run.agent})
+    for name in policy.agents:
+        if name == ANY_AGENT or name in seen:
+            continue
+        close = difflib.get_close_matches(name, seen, n=1)
+        hint = (
+            f"did you mean {close[0]!r}?" if close else f"agents seen: {', '.join(seen) or 'none'}"
+        )
+        warn(f"policy {policy.source}: agent {name!r} matches no run ({hint})")
 
 
 def _split_tools(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
@@ -171,6 +245,13 @@ def _parse_fallbacks(
     help="Policy YAML: allowed tools and fallbacks per agent.",
 )
 @click.option(
+    "--dialects",
+    "dialect_files",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="YAML file of declared dialects (`dialects:`), repeatable; asked before built-ins.",
+)
+@click.option(
     "--allowed-tools",
     callback=_split_tools,
     help="Allowed tools for every run: a,b,c (wins over the policy).",
@@ -184,6 +265,7 @@ def _parse_fallbacks(
 )
 @_model_options
 @_json_option
+@_strict_option
 @click.option("--export", is_flag=True, help="Send grade spans, log events and metrics over OTLP.")
 @click.option(
     "--otlp-endpoint",
@@ -205,12 +287,14 @@ def grade(
     since_s: float | None,
     store: Path | None,
     policy: Path | None,
+    dialect_files: tuple[Path, ...],
     allowed_tools: list[str] | None,
     fallbacks: dict[str, list[str]],
     appropriate: bool,
     check_answer: bool,
     model: str | None,
     as_json: bool,
+    strict: bool,
     export: bool,
     otlp_endpoint: str | None,
     no_grade_spans: bool,
@@ -228,9 +312,21 @@ def grade(
     from attest_otel.config import Policy, load_policy
     from attest_otel.grade import grader, llm
 
-    if (file is not None) + (trace_id is not None or since_s is not None) != 1:
+    if file is not None and (trace_id is not None or since_s is not None):
+        other = "--trace-id" if trace_id is not None else "--since"
+        raise UsageError(f"--file and {other} exclude each other: grade a file, or traces "
+                         "from --from, not both")
+    if file is None and trace_id is None and since_s is None:
         raise UsageError("grade needs one of --file PATH, --trace-id ID or --since DURATION")
+    warn = _Warnings(strict)
     loaded = load_policy(policy) if policy is not None else Policy.empty()
+    if dialect_files:
+        import dataclasses
+
+        from attest_otel.dialect_config import load_dialects
+
+        extra = tuple(d for f in dialect_files for d in load_dialects(f))
+        loaded = dataclasses.replace(loaded, dialects=loaded.dialects + extra)
     if appropriate or check_answer:
         judge = grader.judge_for_tool_use(asked=True, model=model)
     else:
@@ -240,8 +336,16 @@ def grade(
         from attest_otel.adapt import runs_from_file
 
         traces = runs_from_file(
-            file, policy=loaded, allowed_tools=allowed_tools, fallbacks=fallbacks
+            file,
+            policy=loaded,
+            allowed_tools=allowed_tools,
+            fallbacks=fallbacks,
+            dialects=loaded.dialects,
         )
+        if not traces:
+            raise InputError(str(file), "no spans to grade")
+        _unused_policy_agents(loaded, traces, warn)
+        warn.check()
         graded = [
             (trace, [grader.grade(run, judge=judge, appropriate=appropriate) for run in trace.runs])
             for trace in traces
@@ -262,13 +366,19 @@ def grade(
             since_s=since_s,
             source=f"store:{store}" if store is not None else source,
             http=http,
-            quiet=as_json,
             policy=loaded,
             allowed_tools=allowed_tools,
             fallbacks=fallbacks,
             judge=judge,
         )
+        if not found:
+            where = f"store:{store}" if store is not None else source
+            raise InputError(where, "no traces in that window: nothing to grade")
+        _unused_policy_agents(loaded, [g.trace for g in found], warn)
+        warn.check()
         graded = [(g.trace, g.results) for g in found]
+    if not any(trace.runs for trace, _ in graded):
+        raise InputError(str(file) if file is not None else source, "no agent runs to grade")
     _print_traces(graded, as_json)
     if export:
         _export(
@@ -318,6 +428,7 @@ def _export(
     click.echo(report.summary(), err=True)
 
 
+main.add_command(inspect)
 main.add_command(report)
 main.add_command(serve)
 

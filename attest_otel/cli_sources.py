@@ -102,6 +102,26 @@ class Duration(_ParamType):
             self.fail(str(e).removeprefix("duration "), param, ctx)
 
 
+class Rate(_ParamType):
+    """A pass rate for a gate: `0.9` or `90%`."""
+
+    name = "rate"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            rate = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            self.fail(f"{text!r}: expected a rate such as 0.9 or 90%", param, ctx)
+        if not 0 <= rate <= 1:
+            self.fail(f"{text!r}: a rate is between 0 and 1 (0% and 100%)", param, ctx)
+        return rate
+
+
 def trace_source_options(f: F) -> F:
     """`--from`, `--header`, the TLS flags, `--timeout` and `--since` for `grade`."""
     options = [
@@ -325,7 +345,6 @@ def grade_from_source(
     source: str,
     http: HttpOptions | None = None,
     since_s: float | None = None,
-    quiet: bool = False,
     policy: Policy | None = None,
     allowed_tools: list[str] | None = None,
     fallbacks: dict[str, list[str]] | None = None,
@@ -337,7 +356,7 @@ def grade_from_source(
     from attest_otel.ingest.sources import TraceNotFoundError
 
     if (trace_id is None) == (since_s is None):
-        raise UsageError("give either --trace-id ID or --since DURATION")
+        raise UsageError("--trace-id and --since exclude each other: give one")
     opened = open_source(source, http)
 
     def one(tid: str) -> list[GradedTrace]:
@@ -361,8 +380,6 @@ def grade_from_source(
                     graded += one(tid)
                 except TraceNotFoundError:
                     continue  # pruned from the store since it was listed
-            if not ids and not quiet:
-                click.echo(f"no traces received in {source} in that window", err=True)
     finally:
         opened.close()
     return graded
@@ -392,9 +409,31 @@ def grade_from_source(
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(min=1),
               help="Rows in each table.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def report(since_s: float, source: str, limit: int, as_json: bool) -> None:
+@click.option("--fail-under", type=Rate(), metavar="RATE",
+              help="Exit 1 when the pass rate of all runs is below RATE (0.9 or 90%).")
+@click.option("--agent-fail-under", type=Rate(), metavar="RATE",
+              help="Exit 1 when any agent's pass rate is below RATE.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a self-contained HTML page (inline SVG, nothing fetched).")
+@click.option("--trace-url", metavar="TEMPLATE",
+              help="Link the worst runs in --html to their traces, e.g. "
+                   "'http://jaeger:16686/trace/{trace_id}'.")
+def report(
+    since_s: float,
+    source: str,
+    limit: int,
+    as_json: bool,
+    fail_under: float | None,
+    agent_fail_under: float | None,
+    html_path: Path | None,
+    trace_url: str | None,
+) -> None:
     """How the agents did: pass rate per agent and per tool with 95% Wilson intervals, the
-    most frequent problems, and the worst runs with their trace ids."""
+    most frequent problems, and the worst runs with their trace ids.
+
+    \b
+    As a CI gate: attest-otel report --since 1d --fail-under 95% --agent-fail-under 90%
+    (exit 1 below the rate, exit 2 when the window has no graded run)."""
     from attest_otel import report as reporting
     from attest_otel.ingest.sources.store_source import StoreSource, since_to_ns
 
@@ -407,10 +446,40 @@ def report(since_s: float, source: str, limit: int, as_json: bool) -> None:
         reporting.GradeRecord(r.trace_id, r.agent, r.graded_ns, r.result, r.span_id)
         for r in opened.grades_since(since_ns)
     ]
+    if trace_url is not None and "{trace_id}" not in trace_url:
+        raise UsageError(f"--trace-url {trace_url!r} has no {{trace_id}} to fill in")
     built = reporting.build_report(records, since_ns=since_ns, until_ns=now, limit=limit)
+    if html_path is not None:
+        from attest_otel.report_html import render_html
+
+        try:
+            html_path.write_text(render_html(built, trace_url=trace_url), encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"--html {html_path}: {e.strerror or e}") from None
     if as_json:
         click.echo(json.dumps(built.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 120
+        click.echo(reporting.render_text(built, width=max(60, width), limit=limit))
+    _gate(built, fail_under, agent_fail_under, source)
+
+
+def _gate(built: Any, overall: float | None, per_agent: float | None, source: str) -> None:
+    """`--fail-under` / `--agent-fail-under`: one line per rate below its bar, then exit 1."""
+    from attest_otel.errors import InputError
+
+    if overall is None and per_agent is None:
         return
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 120
-    click.echo(reporting.render_text(built, width=max(60, width), limit=limit))
+    if not built.overall.total:
+        raise InputError(source, "no graded runs in that window: nothing to hold to a rate")
+    low = []
+    if overall is not None and (built.overall.rate or 0.0) < overall:
+        low.append(f"all runs {built.overall.rate:.1%} < {overall:.1%}")
+    if per_agent is not None:
+        low += [f"agent {r.name} {r.rate:.1%} < {per_agent:.1%}"
+                for r in built.agents if r.rate is not None and r.rate < per_agent]
+    for line in low:
+        click.echo(f"attest-otel: below the bar: {line}", err=True)
+    if low:
+        sys.exit(1)
 

@@ -33,12 +33,15 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from attest_otel.errors import PolicyError
+
+if TYPE_CHECKING:
+    from attest_otel.adapt.declared import DeclaredDialect
 
 __all__ = [
     "ANY_AGENT",
@@ -54,7 +57,7 @@ log = logging.getLogger(__name__)
 ANY_AGENT = "*"
 """The policy entry that applies to an agent without an entry of its own."""
 
-_TOP_KEYS = ("agents",)
+_TOP_KEYS = ("agents", "dialects")
 _AGENT_KEYS = ("allowed_tools", "tool_fallbacks")
 _STR_TAG = "tag:yaml.org,2002:str"
 _NULL_TAG = "tag:yaml.org,2002:null"
@@ -77,6 +80,8 @@ class AgentPolicy:
 class Policy:
     agents: Mapping[str, AgentPolicy] = field(default_factory=dict)
     source: str | None = None
+    dialects: tuple[DeclaredDialect, ...] = ()
+    """The file's `dialects:` (see `dialect_config`); callers pass them to the assembler."""
 
     @classmethod
     def empty(cls) -> Policy:
@@ -113,8 +118,25 @@ def load_policy(path: str | Path) -> Policy:
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Check a policy document given as text; `source` is what errors name."""
+    root = compose(text, source)
+    if root is None or (isinstance(root, ScalarNode) and root.tag == _NULL_TAG):
+        return Policy(source=source)
+    checker = _Checker()
+    agents = checker.document(root)
+    dialects: tuple[DeclaredDialect, ...] = ()
+    if checker.dialects_node is not None:
+        from attest_otel.dialect_config import DialectChecker
+
+        dialects = DialectChecker(checker.problems, source).section(checker.dialects_node)
+    if checker.problems:
+        raise PolicyError(source, checker.problems)
+    return Policy(agents=agents, source=source, dialects=dialects)
+
+
+def compose(text: str, source: str) -> Node | None:
+    """The YAML node tree (which keeps every line number); invalid YAML is one PolicyError."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         problem = e.problem or e.context or "invalid YAML"
@@ -127,20 +149,15 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         raise err from None
     except yaml.YAMLError as e:
         raise PolicyError(source, [f"invalid YAML: {e}"]) from None
-    if root is None or (isinstance(root, ScalarNode) and root.tag == _NULL_TAG):
-        return Policy(source=source)
-    checker = _Checker()
-    agents = checker.document(root)
-    if checker.problems:
-        raise PolicyError(source, checker.problems)
-    return Policy(agents=agents, source=source)
 
 
 class _Checker:
     """Walks the YAML node tree (not the loaded values) so every problem can carry its line."""
 
-    def __init__(self) -> None:
-        self.problems: list[str] = []
+    def __init__(self, problems: list[str] | None = None) -> None:
+        self.problems: list[str] = [] if problems is None else problems
+        self.dialects_node: Node | None = None
+        """The `dialects:` section, checked by `dialect_config` (kept out of this module)."""
 
     def problem(self, path: str, node: Node, text: str) -> None:
         self.problems.append(f"{path} (line {node.start_mark.line + 1}): {text}")
@@ -177,6 +194,9 @@ class _Checker:
                 self.problem(key.value, key, f"unknown key (expected one of: {expected})")
                 continue
             if _is_null(value):
+                continue
+            if key.value == "dialects":
+                self.dialects_node = value
                 continue
             entries = self.mapping("agents", value, "a mapping of agent name to its policy")
             for name_node, entry in entries or ():

@@ -8,8 +8,9 @@ attest's own run files may carry fields this grader does not use.
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,12 +284,56 @@ def run_to_dict(run: Run) -> dict[str, Any]:
     }
 
 
+RUN_KEYS = ("task", "system_prompt", "allowed_tools", "tool_fallbacks", "steps", "final_answer")
+STEP_KEYS = ("thought", "tool_call")
+CALL_KEYS = ("name", "arguments", "output", "is_error")
+_OTLP_KEYS = ("resourceSpans", "resource_spans")
+
+
+def _unknown(obj: Mapping[str, Any], known: Sequence[str], path: str) -> list[str]:
+    out = []
+    for key in obj:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+        out.append(f"unknown key {path}{key!r}{hint}")
+    return out
+
+
+def unknown_keys(data: Any) -> list[str]:
+    """Keys of a run object that attest does not read: a misspelt `"taks"` or `"stepz"` would
+    otherwise grade as an empty run and pass, which is the worst way to be wrong."""
+    if not isinstance(data, dict):
+        return []
+    out = _unknown(data, RUN_KEYS, "")
+    steps = data.get("steps")
+    for i, step in enumerate(steps if isinstance(steps, list) else []):
+        if not isinstance(step, dict):
+            continue
+        out += _unknown(step, STEP_KEYS, f"steps[{i}].")
+        call = step.get("tool_call")
+        if isinstance(call, dict):
+            out += _unknown(call, CALL_KEYS, f"steps[{i}].tool_call.")
+    return out
+
+
+def _not_a_run(data: Any, source: str) -> None:
+    """Inputs that parse but are not a run: said here, or they would grade as a clean pass."""
+    if isinstance(data, dict) and any(k in data for k in _OTLP_KEYS):
+        raise InputError(source, "is OTLP traces, not an attest run file: "
+                                 f"grade it with `attest-otel grade --file {source}`")
+    if data == {}:
+        raise InputError(source, "an empty run object ({}): nothing to grade")
+
+
 def _located(err: InputError, source: str, line: int | None) -> InputError:
     return InputError(source, err.problem, line=line)
 
 
-def iter_runs(path: str | Path) -> Iterator[Run]:
-    """The runs of a `.json` file (one run) or a `.jsonl` file (one run per non-blank line)."""
+def iter_runs(path: str | Path, *, warn: Callable[[str], None] | None = None) -> Iterator[Run]:
+    """The runs of a `.json` file (one run) or a `.jsonl` file (one run per non-blank line);
+    `warn` hears of every key attest does not read."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -297,7 +342,11 @@ def iter_runs(path: str | Path) -> Iterator[Run]:
     except IsADirectoryError:
         raise InputError(str(p), "is a directory, not a run file") from None
     except UnicodeDecodeError as e:
-        raise InputError(str(p), f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise InputError(
+            str(p),
+            f"not UTF-8 text ({e.reason} at byte {e.start}); for OTLP protobuf or gzip "
+            f"traces use `attest-otel grade --file {p}`",
+        ) from None
     except OSError as e:
         raise InputError(str(p), e.strerror or str(e)) from None
     if p.suffix == ".jsonl":
@@ -310,6 +359,10 @@ def iter_runs(path: str | Path) -> Iterator[Run]:
                 raise InputError(
                     str(p), f"not valid JSON ({e.msg} at column {e.colno})", line=lineno
                 ) from None
+            _not_a_run(data, f"{p}:{lineno}")
+            if warn is not None:
+                for problem in unknown_keys(data):
+                    warn(f"{p}:{lineno}: {problem}")
             try:
                 yield run_from_dict(data)
             except InputError as e:
@@ -318,13 +371,19 @@ def iter_runs(path: str | Path) -> Iterator[Run]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
+        if any(f'"{k}"' in text[:4096] for k in _OTLP_KEYS):  # OTLP JSON lines
+            _not_a_run({_OTLP_KEYS[0]: []}, str(p))
         raise InputError(str(p), f"not valid JSON ({e.msg})", line=e.lineno) from None
+    _not_a_run(data, str(p))
+    if warn is not None:
+        for problem in unknown_keys(data):
+            warn(f"{p}: {problem}")
     try:
         yield run_from_dict(data)
     except InputError as e:
         raise _located(e, str(p), None) from None
 
 
-def read_runs(path: str | Path) -> list[Run]:
+def read_runs(path: str | Path, *, warn: Callable[[str], None] | None = None) -> list[Run]:
     """All runs of a file, validated before any is graded, so a bad line fails fast."""
-    return list(iter_runs(path))
+    return list(iter_runs(path, warn=warn))

@@ -5,6 +5,8 @@ Plain text with optional colour; the CLI decides whether colour is on (a termina
 
 from __future__ import annotations
 
+import shutil
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +18,23 @@ _MARK = {"pass": "✓", "warn": "?", "fail": "✗"}
 _COLOUR = {"pass": "green", "warn": "yellow", "fail": "red"}
 _HEADLINE = {"pass": "PASS", "review": "REVIEW", "fail": "FAIL"}
 _HEADLINE_COLOUR = {"pass": "green", "review": "yellow", "fail": "red"}
+
+
+def width() -> int:
+    """The terminal's width ($COLUMNS first), else 100 for a pipe or a CI log."""
+    return max(60, shutil.get_terminal_size((100, 24)).columns)
+
+
+def wrapped(text: str | None, indent: str, columns: int | None = None) -> str:
+    """A reason in full, wrapped to the terminal: a cut reason hides the part that says
+    what to do (which step recovered it, what the answer claimed)."""
+    return textwrap.fill(
+        " ".join((text or "").split()),
+        width=columns or width(),
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+    )
 
 
 def one_line(text: str | None, width: int = 90) -> str:
@@ -41,9 +60,11 @@ def finding_line(finding: Finding, *, indent: str = "  ") -> str:
         extra = f" [{recovery}{f' at step {at}' if at is not None else ''}]"
     line = f"{indent}{mark} step {finding.step:<2} {finding.subject:<24} {verdict}{extra}"
     if finding.severity != "pass":
-        line += "\n" + indent + "    " + one_line(finding.reason, 110)
-        if finding.evidence:
-            line += "\n" + indent + "    evidence: " + one_line(finding.evidence, 100)
+        columns = width()
+        line += "\n" + wrapped(finding.reason, indent + "    ", columns)
+        if finding.evidence:  # tool output can be pages long: one line, as wide as the screen
+            room = columns - len(indent) - len("    evidence: ")
+            line += "\n" + indent + "    evidence: " + one_line(finding.evidence, max(40, room))
     return line
 
 

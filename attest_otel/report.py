@@ -31,11 +31,13 @@ __all__ = [
     "Report",
     "WorstRun",
     "build_report",
+    "errors_by_recovery",
     "pass_rates_by_agent",
     "pass_rates_by_tool",
     "render_text",
     "table",
     "top_problems",
+    "verdicts_by_tool",
     "wilson_interval",
     "worst_runs",
 ]
@@ -218,6 +220,10 @@ class Report:
     tools: list[Rate] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     worst: list[WorstRun] = field(default_factory=list)
+    verdicts_by_tool: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Tool -> verdict -> calls, for the HTML page's stacked bars."""
+    errors_by_recovery: dict[str, int] = field(default_factory=dict)
+    """Calls that errored, by how the agent handled them (`attest.recovery`)."""
 
     def to_dict(self) -> dict[str, Any]:
         def rate(r: Rate) -> dict[str, Any]:
@@ -238,7 +244,34 @@ class Report:
             "tools": [rate(r) for r in self.tools],
             "problems": [asdict(p) for p in self.problems],
             "worst_runs": [{**asdict(w), "graded_at": _iso(w.graded_ns)} for w in self.worst],
+            "verdicts_by_tool": self.verdicts_by_tool,
+            "errors_by_recovery": self.errors_by_recovery,
         }
+
+
+def verdicts_by_tool(records: Iterable[GradeRecord]) -> dict[str, dict[str, int]]:
+    """Calls per tool and verdict, tools with the most failing calls first."""
+    counts: dict[str, dict[str, int]] = {}
+    for record in records:
+        for finding in record.findings:
+            by = counts.setdefault(str(finding.get("subject") or ""), {})
+            verdict = str(finding.get("verdict") or "")
+            by[verdict] = by.get(verdict, 0) + 1
+    order = sorted(counts, key=lambda t: (-(sum(counts[t].values()) - counts[t].get("correct", 0)),
+                                          -sum(counts[t].values()), t))
+    return {tool: counts[tool] for tool in order}
+
+
+def errors_by_recovery(records: Iterable[GradeRecord]) -> dict[str, int]:
+    """Errored calls by how they were handled, most frequent first."""
+    counts: dict[str, int] = {}
+    for record in records:
+        for finding in record.findings:
+            meta = finding.get("metadata")
+            recovery = meta.get("recovery") if isinstance(meta, Mapping) else None
+            if recovery:
+                counts[str(recovery)] = counts.get(str(recovery), 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def build_report(
@@ -263,6 +296,8 @@ def build_report(
         tools=pass_rates_by_tool(kept),
         problems=top_problems(kept, limit),
         worst=worst_runs(kept, limit),
+        verdicts_by_tool=verdicts_by_tool(kept),
+        errors_by_recovery=errors_by_recovery(kept),
     )
 
 

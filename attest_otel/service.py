@@ -543,6 +543,7 @@ class Pipeline:
         submit: Callable[[list[HeldTrace]], None],
         retry_after_s: float,
         max_backlog_spans: int,
+        unready_after_s: float = 30.0,
     ) -> None:
         self.buffer = buffer
         self.forwarder = forwarder
@@ -551,6 +552,7 @@ class Pipeline:
         self.submit = submit
         self.retry_after_s = retry_after_s
         self.max_backlog_spans = max_backlog_spans
+        self.unready_after_s = unready_after_s
         self.closing = False
         self.disk_error: str | None = None
         self._disk_refused = 0
@@ -564,6 +566,11 @@ class Pipeline:
             return False, f"buffer-dir: {self.disk_error}"
         if not self.has_room(1, 0):
             return False, "forward queue or grading backlog full"
+        failing = self.forwarder.failing()
+        if failing is not None and failing[0] >= self.unready_after_s:
+            seconds, error = failing
+            return False, (f"forwarding to {self.forwarder.settings.endpoint} has failed for "
+                           f"{seconds:.0f}s: {error}")
         return True, ""
 
     def has_room(self, spans: int, size: int) -> bool:
@@ -726,6 +733,7 @@ class Service:
             submit=self._submit,
             retry_after_s=fwd.retry_after_s,
             max_backlog_spans=config.grading.max_backlog_spans,
+            unready_after_s=fwd.unready_after_s,
         )
         self.policy: Any = None
         self.gate: ModelGate | None = None
@@ -793,8 +801,11 @@ class Service:
             )
             if self.telemetry.meter_provider is not None:
                 from attest_otel import semconv
+                from attest_otel.export.telemetry import package_version
 
-                meter = self.telemetry.meter_provider.get_meter(semconv.INSTRUMENTATION_SCOPE)
+                meter = self.telemetry.meter_provider.get_meter(  # the grade metrics' scope
+                    semconv.INSTRUMENTATION_SCOPE, package_version()
+                )
                 register_metrics(meter, self)
         if config.store.enabled:
             self.store = TraceStore(
@@ -961,7 +972,7 @@ class Service:
                 "store": str(self.config.store.path) if self.config.store.enabled else "off",
                 "buffer_dir": str(self.config.buffer.dir) if self.config.buffer.dir else "off",
                 "model_checks": "on" if self.gate is not None else "off",
-                "prometheus": getattr(self.telemetry, "prometheus_url", None),
+                "prometheus": getattr(self.telemetry, "prometheus_url", None) or "off",
             },
         )
 

@@ -83,6 +83,7 @@ DEFAULTS: dict[str, Any] = {
         "initial_backoff_s": 0.5,
         "max_backoff_s": 30.0,
         "retry_after_s": 1.0,
+        "unready_after_s": 30.0,  # /readyz says 503 once forwarding has failed this long
         "tls": {
             "ca_file": None,  # any tls key set (or an https:// endpoint): TLS to the next hop
             "cert_file": None,
@@ -207,6 +208,7 @@ class ForwardConfig:
     tls_ca_file: Path | None = None
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    unready_after_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -622,6 +624,7 @@ def _build(
         tls_ca_file=f.file("forward.tls.ca_file"),
         tls_cert_file=f.file("forward.tls.cert_file"),
         tls_key_file=f.file("forward.tls.key_file"),
+        unready_after_s=f.number("forward.unready_after_s"),
     )
     if (forward.tls_cert_file is None) != (forward.tls_key_file is None):
         f.problem("forward.tls", "cert_file and key_file go together: set both or neither")

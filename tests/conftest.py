@@ -22,3 +22,18 @@ def messages_server() -> Iterator[MessagesServer]:
         yield server
     finally:
         server.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line naming the tests skipped for want of a Debian program, and how to get it."""
+    from tests.needs import MISSING
+
+    if not MISSING:
+        return
+    count = len(set().union(*MISSING.values()))
+    packages = " ".join(sorted(MISSING))
+    terminalreporter.write_line(
+        f"{count} test(s) skipped: they need Debian's {packages}; "
+        f"`sudo apt-get install {packages}` (or `make test` as root) runs them",
+        yellow=True,
+    )

@@ -85,7 +85,7 @@ version: 2
         "agents.'' (line 5): empty agent name",
         "agents.support.tool_fallbacks.search[0] (line 8): expected a string, got a number",
         "agents.support.tool_fallbacks.search[1] (line 8): empty tool name",
-        "version (line 9): unknown key (expected one of: agents)",
+        "version (line 9): unknown key (expected one of: agents, dialects)",
     ]
     assert str(info.value).startswith(f"{tmp_path / 'policy.yaml'}: agents.billing_agent")
 

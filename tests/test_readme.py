@@ -28,3 +28,27 @@ def test_every_name_we_emit_is_in_the_readme_table(name: str) -> None:
 def test_the_quick_start_is_make_demo_and_make_test() -> None:
     quick = README.split("## Quick start", 1)[1].split("##", 1)[0]
     assert "make demo" in quick and "make test" in quick
+
+
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "collector-config/README.md"])
+def test_every_path_the_docs_name_is_in_the_repository(doc: str) -> None:
+    """A clone is all a reader has: no link or path may lead outside it, or to nothing."""
+    import re
+
+    text = (ROOT / doc).read_text()
+    links = re.findall(r"\]\(([^)#]+)\)", text)
+    assert [link for link in links if link.startswith("..") or link.startswith("/")] == []
+    assert "../" not in text
+    named = set(re.findall(r"`((?:collector-config|deploy|tools|docs|examples|proto)/[\w./-]+)`",
+                           text))
+    assert named and [p for p in named if not (ROOT / p).exists()] == []
+
+
+def test_the_quick_start_says_how_to_get_the_command_on_path_and_what_make_test_needs() -> None:
+    quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert ".venv/bin/attest-otel grade --file examples/" in quick
+    assert "uv tool install ." in quick and "pipx install ." in quick
+    assert "prometheus" in quick and "chromium" in quick and "CI=true" in quick

@@ -11,10 +11,12 @@ unless the trace carries its own) and scores, per fixture prefix (framework):
 * runs: labelled runs whose agent, calls, task, answer and verdict were all right;
 * extra runs: runs rebuilt that no label accounts for.
 
-    .venv/bin/python tools/fixture_score.py [PREFIX ...] [--detail]
+    .venv/bin/python tools/fixture_score.py [PREFIX ...] [--detail] [--dialects FILE ...]
 
 PREFIX keeps fixtures whose name starts with it (e.g. `crewai`); `--detail` prints what
-differed, one line per run.
+differed, one line per run; `--dialects FILE` (repeatable) reads the traces through the
+dialects a YAML file declares (asked before the built-in ones), to measure a declared
+dialect against the generic reader.
 """
 
 from __future__ import annotations
@@ -33,8 +35,12 @@ from attest_otel.model import Run
 TRACES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "traces"
 
 
+DIALECTS: tuple[Any, ...] = ()
+"""Declared dialects (`--dialects`), passed to every rebuild."""
+
+
 def _rebuild(trace: Path, label: dict[str, Any]) -> list[Run]:
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"dialects": DIALECTS}
     carries = label.get("policy_source") == "agent_span_attributes" or "policy_attributes" in label
     if not carries:
         per_run = [r for r in label["runs"] if "policy" in r]
@@ -124,6 +130,24 @@ def score(label_path: Path) -> tuple[dict[str, int], list[str]]:
 
 
 def main(argv: list[str]) -> int:
+    global DIALECTS
+    from attest_otel.dialect_config import load_dialects
+    from attest_otel.errors import PolicyError
+
+    argv = list(argv)
+    files: list[str] = []
+    while "--dialects" in argv:
+        at = argv.index("--dialects")
+        if at + 1 >= len(argv):
+            print("--dialects needs a FILE", file=sys.stderr)
+            return 2
+        files.append(argv.pop(at + 1))
+        argv.pop(at)
+    try:
+        DIALECTS = tuple(d for f in files for d in load_dialects(f))
+    except PolicyError as e:
+        print(f"fixture_score: {e}", file=sys.stderr)
+        return 2
     detail = "--detail" in argv
     prefixes = [a for a in argv if not a.startswith("--")]
     labels = sorted(TRACES.glob("*.labels.json"))

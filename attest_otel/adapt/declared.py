@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from attest_otel.adapt import genai
 from attest_otel.adapt import messages as m
 from attest_otel.adapt.base import (
     ALL,
@@ -53,6 +54,8 @@ class Cond:
     present: tuple[str, ...] = ()
     equals: tuple[tuple[str, frozenset[str]], ...] = ()
     """Attribute key -> the texts it may equal (see `_as_text`)."""
+    starts: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Attribute key -> prefixes its (string) value may start with."""
     names: frozenset[str] | None = None
     prefixes: tuple[str, ...] = ()
     regex: re.Pattern[str] | None = None
@@ -69,6 +72,10 @@ class Cond:
         for key, texts in self.equals:
             value = attrs.get(key)
             if value is None or _as_text(value) not in texts:
+                return False
+        for key, prefixes in self.starts:
+            value = attrs.get(key)
+            if not isinstance(value, str) or not value.startswith(prefixes):
                 return False
         if self.scopes is not None and span.scope_name not in self.scopes:
             return False
@@ -114,6 +121,9 @@ class Source:
     unwrap: frozenset[str] = frozenset()
     role: str | None = None
     """Message fields: the role of plain text and of messages that name none."""
+    genai_events: bool = False
+    """Content fields: the GenAI event conventions (per-message events, the operation-details
+    event) on the span, else in its log records, read as `genai` reads them."""
 
     def raw(self, span: Span, logs: Sequence[LogRecord], every: bool = False) -> Any:
         """The undecoded value, None when absent; `every`: a list of all matching events."""
@@ -136,7 +146,8 @@ class Source:
                 if r.event_name == self.log
             ]
             return _first_or_all(values, every)
-        assert self.attribute is not None
+        if self.attribute is None:
+            return None  # genai_events: read whole by `_Reader`
         return span.attributes.get(self.attribute)
 
     def value(self, raw: Any) -> Any:
@@ -240,13 +251,13 @@ class DeclaredDialect:
         return None
 
     def rule_for(self, span: Span) -> str | None:
-        """`dialect/rule` of the rule that decides the span (for `inspect`); `dialect/-`
-        when only `match` holds (the span is the dialect's, but no run needs it)."""
+        """The label of the rule that decides the span, for `inspect`; `match` when only the
+        dialect's `match` holds (the span is the dialect's, but no run needs it)."""
         rule = self._rule(span)
         if rule is not None:
-            return f"{self.name}/{rule.label}"
+            return rule.label
         if self.match is not None and self.match.holds(span):
-            return f"{self.name}/-"
+            return "match"
         return None
 
     def detect(self, span: Span) -> Role | None:
@@ -272,9 +283,9 @@ class DeclaredDialect:
         return ToolInfo(
             name=_text(_read(rule, "name", span)),
             call_id=clean_id(_read(rule, "call_id", span)),
-            arguments=_decoded(rule, "arguments", raw_args),
+            arguments=_decoded(raw_args),
             arguments_captured=captured(raw_args[1]) if raw_args else False,
-            output=_decoded(rule, "result", raw_out),
+            output=_decoded(raw_out),
             output_captured=captured(raw_out[1]) if raw_out else False,
             handoff_target=_text(_read(rule, "target", span)),
             is_error=True if flag else None,
@@ -286,23 +297,23 @@ class DeclaredDialect:
         ex = Exchange()
         if rule is None:
             return ex
-        f = rule.fields
+        read = _Reader(rule, span, logs, want)
         if TASK in want:
-            ex.task = _text(_read(rule, "task", span, logs))
+            ex.task = _text(read.value("task", TASK))
         if ANSWER in want:
-            ex.answer = _text(_read(rule, "answer", span, logs))
-        if SYSTEM in want and "system" in f:
-            ex.system = _system(_read(rule, "system", span, logs))
-        if TOOLS in want and "tools" in f:
-            tools = _read(rule, "tools", span, logs)
+            ex.answer = _text(read.value("answer", ANSWER))
+        if SYSTEM in want:
+            ex.system = _system(read.value("system", SYSTEM))
+        if TOOLS in want:
+            tools = read.value("tools", TOOLS)
             ex.tools = m.parse_tool_definitions(tools) if tools is not None else None
         need_in = INPUT in want or (TASK in want and ex.task is None) or (
             SYSTEM in want and ex.system is None
         )
-        if need_in and "input" in f:
-            ex.input = _messages(rule, "input", span, logs, "user")
-        if (OUTPUT in want or (ANSWER in want and ex.answer is None)) and "output" in f:
-            ex.output = _messages(rule, "output", span, logs, "assistant")
+        if need_in:
+            ex.input = read.messages("input", INPUT, "user")
+        if OUTPUT in want or (ANSWER in want and ex.answer is None):
+            ex.output = read.messages("output", OUTPUT, "assistant")
         if TASK in want and ex.task is None:
             ex.task = m.last_user_text(ex.input)
         if ANSWER in want and ex.answer is None:
@@ -338,14 +349,14 @@ def _raw(
     return None
 
 
-def _decoded(rule: Rule, name: str, found: tuple[Source, Any] | None) -> Any:
+def _decoded(found: tuple[Source, Any] | None) -> Any:
     if found is None or not captured(found[1]):
         return None
     return found[0].value(found[1])
 
 
 def _read(rule: Rule, name: str, span: Span, logs: Sequence[LogRecord] = ()) -> Any:
-    return _decoded(rule, name, _raw(rule, name, span, logs))
+    return _decoded(_raw(rule, name, span, logs))
 
 
 def _truthy(found: tuple[Source, Any] | None) -> bool:
@@ -383,22 +394,59 @@ def _system(value: Any) -> str | None:
     return m.parse_system(value)
 
 
-def _messages(
-    rule: Rule, name: str, span: Span, logs: Sequence[LogRecord], default_role: str
-) -> list[Message] | None:
-    for source in rule.fields.get(name, ()):
-        raws = source.raw(span, logs, every=True)
-        if raws is None:
-            continue
-        if source.event is None and source.log is None:
-            raws = [raws]  # one attribute holds the whole list
-        out: list[Message] = []
-        role = source.role or default_role
-        for raw in raws:
-            if captured(raw):
-                out.extend(_as_messages(source.value(raw), role))
-        return out
-    return None
+class _Reader:
+    """One span's content fields, the GenAI events parsed at most once for all of them."""
+
+    def __init__(self, rule: Rule, span: Span, logs: Sequence[LogRecord], want: Want) -> None:
+        self.rule, self.span, self.logs, self.want = rule, span, logs, want
+        self._events: Exchange | None = None
+
+    def events(self) -> Exchange:
+        if self._events is None:
+            span, logs = self.span, self.logs
+            found = Exchange()
+            if span.events:
+                genai.fill_from_events(
+                    found, ((e.name, e.attributes) for e in span.events), self.want
+                )
+            if logs and (found.input is None or found.output is None):
+                genai.fill_from_events(
+                    found, ((r.event_name, genai._log_body(r)) for r in logs), self.want
+                )
+            self._events = genai.finish(found, self.want)
+        return self._events
+
+    def value(self, name: str, part: str) -> Any:
+        for source in self.rule.fields.get(name, ()):
+            if source.genai_events:
+                found = getattr(self.events(), part)
+                if found is not None:
+                    return found
+                continue
+            raw = source.raw(self.span, self.logs)
+            if raw is not None:
+                return source.value(raw) if captured(raw) else None
+        return None
+
+    def messages(self, name: str, part: str, default_role: str) -> list[Message] | None:
+        for source in self.rule.fields.get(name, ()):
+            if source.genai_events:
+                found: list[Message] | None = getattr(self.events(), part)
+                if found is not None:
+                    return found
+                continue
+            raws = source.raw(self.span, self.logs, every=True)
+            if raws is None:
+                continue
+            if source.event is None and source.log is None:
+                raws = [raws]  # one attribute holds the whole list
+            out: list[Message] = []
+            role = source.role or default_role
+            for raw in raws:
+                if captured(raw):
+                    out.extend(_as_messages(source.value(raw), role))
+            return out
+        return None
 
 
 def _as_messages(value: Any, role: str) -> list[Message]:

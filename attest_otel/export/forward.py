@@ -59,6 +59,9 @@ STATUS_DETAILS_KEY = "grpc-status-details-bin"
 """The standard place of a `google.rpc.Status` (with RetryInfo in its details)."""
 _RETRYABLE_HTTP = frozenset({429, 502, 503, 504})
 _MAX_SERVER_DELAY_S = 300.0
+RETRY_LOG_EVERY_S = 10.0
+"""One WARNING line per this many seconds while the next hop fails, however many workers
+retry however often: an outage must be visible in the log, not be the log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,6 +366,12 @@ class Forwarder:
         self._abort = threading.Event()
         self._threads: list[threading.Thread] = []
         self._senders: list[Sender] = []
+        self._failing_since: float | None = None
+        self._last_error = ""
+        self._retry_logged_at = 0.0
+        self._retries_unlogged = 0
+        self._undelivered = {"kept": 0, "lost": 0}
+        """Spans given up on at shutdown: kept in the durable buffer, or lost."""
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -388,24 +397,51 @@ class Forwarder:
                 self._cond.wait(min(remaining, 0.1))
         return True
 
+    def failing(self) -> tuple[float, str] | None:
+        """(seconds since the next hop last took a request and has failed since, the last
+        error), or None while it takes them: what `/readyz` reports."""
+        since = self._failing_since
+        if since is None:
+            return None
+        return time.monotonic() - since, self._last_error
+
     def shutdown(self, deadline: float) -> bool:
         """Sends what is queued until `deadline`, then stops; True if all was delivered.
 
-        What is still queued at the deadline is counted as dropped (`shutdown`); with a
-        durable buffer it is not released and comes back on the next start.
+        What is not delivered by then is counted as dropped (`shutdown`) and said in one
+        WARNING with its count: with a durable buffer it is not released and comes back on
+        the next start, else it is lost. While the next hop is failing and everything queued
+        is in the durable buffer, waiting out the deadline would only delay the stop, so
+        the wait is one second.
         """
+        with self._cond:
+            durable = all(i.records for i in self._queue)
+        if self._failing_since is not None and durable:
+            deadline = min(deadline, time.monotonic() + 1.0)
         delivered = self.flush(deadline)
         with self._cond:
             self._closing = True
+            for item in self._queue:
+                self._undelivered["kept" if item.records else "lost"] += item.spans
             left = sum(i.spans for i in self._queue)
             if left:
                 self.stats.dropped["shutdown"] = self.stats.dropped.get("shutdown", 0) + left
-                log.warning("forward: %d span(s) not delivered by the shutdown deadline", left)
             self._queue.clear()
             self._cond.notify_all()
         self._abort.set()
         for thread in self._threads:
             thread.join(max(0.1, deadline - time.monotonic()))
+        kept, lost = self._undelivered["kept"], self._undelivered["lost"]
+        if kept or lost:
+            where = f"{self.settings.endpoint} ({self._last_error or 'no answer in time'})"
+            if lost:
+                log.warning("forward: %d span(s) LOST: not delivered to %s by the shutdown "
+                            "deadline; --buffer-dir keeps them for the next start", lost, where,
+                            extra={"spans_lost": lost})
+            if kept:
+                log.warning("forward: %d span(s) not delivered to %s by the shutdown deadline; "
+                            "kept in the buffer dir for the next start", kept, where,
+                            extra={"spans_kept": kept})
         for sender in self._senders:
             try:
                 sender.close()
@@ -478,6 +514,9 @@ class Forwarder:
                 self._drop(spans, "error")
             if not delivered:
                 self._drop(spans, "shutdown")
+                with self._cond:
+                    durable = all(i.records for i in batch)
+                    self._undelivered["kept" if durable else "lost"] += spans
             records = tuple(r for i in batch for r in i.records)
             if delivered and records and self._on_done is not None:
                 try:
@@ -507,6 +546,7 @@ class Forwarder:
             result = sender.send(piece, self.settings.timeout_s)
             if result.ok:
                 attempt = 0
+                self._recovered()
                 with self._cond:
                     self.stats.requests_sent += 1
                     self.stats.spans_forwarded += piece_spans - result.rejected_spans
@@ -549,10 +589,36 @@ class Forwarder:
             else:  # the server knows best, within reason
                 delay = min(delay, _MAX_SERVER_DELAY_S)
             attempt += 1
-            with self._cond:
-                self.stats.retries += 1
-            log.warning("forward: %s; retry %d in %.2fs", result.error, attempt, delay)
+            self._retrying(result.error, attempt, delay)
             pending.append(piece)
             if self._abort.wait(delay):
                 return False
         return True
+
+    def _retrying(self, error: str, attempt: int, delay: float) -> None:
+        now = time.monotonic()
+        with self._cond:
+            self.stats.retries += 1
+            self._last_error = error
+            if self._failing_since is None:
+                self._failing_since = now
+            if now - self._retry_logged_at < RETRY_LOG_EVERY_S:
+                self._retries_unlogged += 1
+                return
+            self._retry_logged_at = now
+            unlogged, self._retries_unlogged = self._retries_unlogged, 0
+            failing_s = now - self._failing_since
+        more = f" ({unlogged} more retries since the last line)" if unlogged else ""
+        log.warning("forward: %s; retry %d in %.2fs, failing for %.0fs%s",
+                    error, attempt, delay, failing_s, more)
+
+    def _recovered(self) -> None:
+        if self._failing_since is None:
+            return
+        with self._cond:
+            since, self._failing_since = self._failing_since, None
+            self._retry_logged_at = 0.0
+            self._retries_unlogged = 0
+        if since is not None:
+            log.info("forward: %s takes requests again after %.1fs",
+                     self.settings.endpoint, time.monotonic() - since)

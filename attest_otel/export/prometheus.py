@@ -18,7 +18,7 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricReader, MetricsData
 
-from attest_otel.errors import ExportError, UsageError
+from attest_otel.errors import ListenError, UsageError
 
 __all__ = ["PrometheusEndpoint", "count_points", "parse_address", "start_prometheus"]
 
@@ -118,7 +118,7 @@ def start_prometheus(address: str) -> PrometheusEndpoint:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as e:
         reader.shutdown()
-        raise ExportError(
+        raise ListenError(
             f"cannot serve Prometheus metrics on {address}: {e.strerror or e}"
         ) from None
     return PrometheusEndpoint(reader, server, thread)

@@ -1,7 +1,7 @@
 """What an export sent where, and what failed: the exporters' silent FAILUREs made visible.
 
 The SDK's exporters never raise: they log and return FAILURE, and the batch processors
-drop the result. A CLI that must exit 1 when telemetry did not arrive, and a sidecar that
+drop the result. A CLI that must exit 4 when telemetry did not arrive, and a sidecar that
 must count failed exports, both need that result, so every exporter we build is wrapped
 in one that tallies it (`tally.py`), and a flush turns the tallies into this report.
 """
@@ -103,6 +103,6 @@ class ExportReport:
         return "; ".join(lines)
 
     def raise_for_failure(self) -> None:
-        """ExportError (exit 1) naming every output that failed; nothing when all arrived."""
+        """ExportError (exit 4) naming every output that failed; nothing when all arrived."""
         if not self.ok:
             raise ExportError(self.summary())

@@ -141,7 +141,7 @@ def resolve_endpoint(signal: Signal, protocol: OtlpProtocol, endpoint: str | Non
 
 
 @cache
-def _package_version() -> str:
+def package_version() -> str:
     try:
         return metadata.version("attest-otel")
     except metadata.PackageNotFoundError:
@@ -158,7 +158,7 @@ def default_resource() -> Resource:
     if not name or name.startswith("unknown_service"):
         extra["service.name"] = semconv.DEFAULT_SERVICE_NAME
     if "service.version" not in detected.attributes:
-        extra["service.version"] = _package_version()
+        extra["service.version"] = package_version()
     return detected.merge(Resource(extra))
 
 
@@ -308,8 +308,18 @@ class Telemetry:
         to finish on its daemon thread; the exporters' own timeouts end it soon after.
         """
         threads: dict[str, threading.Thread] = {}
+
+        def guarded(name: str, job: Callable[[], object]) -> None:
+            try:
+                job()
+            except Exception as e:  # an SDK that raises on shutdown: a failure, not a traceback
+                logging.getLogger(__name__).debug("%s: %s", name, e, exc_info=True)
+                if name in self.tallies:
+                    self.tallies[name].note_failure(0, f"{type(e).__name__}: {e}")
+
         for name, job in jobs.items():
-            thread = threading.Thread(target=job, name=f"attest-otel-{name}", daemon=True)
+            thread = threading.Thread(target=guarded, args=(name, job),
+                                      name=f"attest-otel-{name}", daemon=True)
             thread.start()
             threads[name] = thread
         deadline = time.monotonic() + timeout_s + _JOIN_GRACE_S
@@ -457,7 +467,7 @@ def _configure(
         exporter = CountingSpanExporter(_span_exporter(proto, url, headers, timeout_s), tally)
         provider.add_span_processor(BatchSpanProcessor(exporter))
         telemetry.tracer_provider = provider
-        telemetry.tracer = provider.get_tracer(semconv.INSTRUMENTATION_SCOPE, _package_version())
+        telemetry.tracer = provider.get_tracer(semconv.INSTRUMENTATION_SCOPE, package_version())
         telemetry.tallies["traces"] = tally
 
     if logs:
@@ -469,7 +479,7 @@ def _configure(
         log_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
         telemetry.logger_provider = log_provider
         telemetry.logger = log_provider.get_logger(
-            semconv.INSTRUMENTATION_SCOPE, _package_version()
+            semconv.INSTRUMENTATION_SCOPE, package_version()
         )
         telemetry.tallies["logs"] = tally
 
@@ -496,5 +506,5 @@ def _configure(
             shutdown_on_exit=False,
         )
         telemetry.meter_provider = meter_provider
-        meter = meter_provider.get_meter(semconv.INSTRUMENTATION_SCOPE, _package_version())
+        meter = meter_provider.get_meter(semconv.INSTRUMENTATION_SCOPE, package_version())
         telemetry.metrics = ToolUseMetrics(meter, label_cap=label_cap)

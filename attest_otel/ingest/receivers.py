@@ -32,6 +32,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import socket
 import ssl
 import threading
 import zlib
@@ -42,6 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
+from attest_otel.errors import ListenError
 from attest_otel.export.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
 from attest_otel.service_config import parse_host_port
 
@@ -280,6 +282,7 @@ class GrpcReceiver:
         import grpc
 
         host, port = parse_host_port(self.endpoint)
+        _check_free(host, port, f"OTLP/gRPC receiver: cannot listen on {self.endpoint}")
         interceptors = (
             [_TokenInterceptor(self._token, self._on_rejection)] if self._token else []
         )
@@ -306,13 +309,18 @@ class GrpcReceiver:
         for add in self._add_services:
             add(server)
         address = f"{_bracket(host)}:{port}"
-        bound: int = (
-            server.add_secure_port(address, self._tls.grpc_credentials())
-            if self._tls is not None
-            else server.add_insecure_port(address)
-        )
+        try:
+            bound: int = (
+                server.add_secure_port(address, self._tls.grpc_credentials())
+                if self._tls is not None
+                else server.add_insecure_port(address)
+            )
+        except RuntimeError:  # newer grpcio raises where older ones return 0
+            bound = 0
         if bound == 0:
-            raise OSError(f"gRPC receiver: cannot listen on {self.endpoint}")
+            server.stop(None)
+            raise ListenError(f"OTLP/gRPC receiver: cannot listen on {self.endpoint} "
+                              "(address in use or not permitted)")
         server.start()
         self._server = server
         self.port = bound
@@ -389,6 +397,19 @@ def _bracket(host: str) -> str:
 
 
 # --- HTTP ----------------------------------------------------------------------------------
+
+
+def _check_free(host: str, port: int, what: str) -> None:
+    """A taken port as a ListenError before gRPC tries it: grpc-core would first print its
+    own multi-line error on stderr, and the operator needs one line."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise ListenError(f"{what}: {e.strerror or e}") from None
 
 
 class _HttpServer(ThreadingHTTPServer):
@@ -631,7 +652,11 @@ class HttpReceiver:
 
     def start(self) -> int:
         host, port = parse_host_port(self.endpoint)
-        server = _HttpServer((host, port), _Handler)
+        try:
+            server = _HttpServer((host, port), _Handler)
+        except OSError as e:
+            raise ListenError(f"OTLP/HTTP receiver: cannot listen on {self.endpoint}: "
+                              f"{e.strerror or e}") from None
         server.receiver = self
         if self.tls is not None:
             server.ssl_context = self.tls.ssl_context()

@@ -30,8 +30,8 @@ from attest_otel.ingest.decode import decode_file
 from attest_otel.model import CheckResult, Run
 from tests.dashboards.dashboard import load_dashboard, prometheus_targets
 from tests.dashboards.promql import substitute
+from tests.needs import program
 
-PROMETHEUS = Path("/usr/bin/prometheus")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 WAIT_S = 40.0
 """Bound on every wait in this module (start, scrapes, queries)."""
@@ -111,11 +111,7 @@ class _Prometheus:
 
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Prometheus]:
-    if not PROMETHEUS.exists():
-        pytest.fail(
-            f"{PROMETHEUS} is missing: `apt-get update && apt-get install -y prometheus` "
-            "(the test runs the binary itself, never the system service)"
-        )
+    prometheus_bin = program("prometheus")  # runs the binary, never the system service
     tmp = tmp_path_factory.mktemp("prometheus")
     telemetry = build_telemetry(
         endpoint=None, protocol=None, spans=False, logs=False, metrics=False,
@@ -132,7 +128,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Prometheus]:
     port = _free_port()
     log = (tmp / "prometheus.log").open("w")
     process = subprocess.Popen(
-        [str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+        [prometheus_bin, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
         stdout=log, stderr=subprocess.STDOUT,
     )

@@ -18,10 +18,10 @@ import pytest
 from attest_otel.errors import UsageError
 from attest_otel.export.prometheus import parse_address
 from attest_otel.export.telemetry import Telemetry, build_telemetry
+from tests.needs import program
 
 from .sample import graded_run, passing_run
 
-PROMETHEUS = Path("/usr/bin/prometheus")
 WAIT_S = 30.0
 
 
@@ -82,12 +82,7 @@ def graded_telemetry() -> Iterator[Telemetry]:
 
 @pytest.fixture
 def prometheus(graded_telemetry: Telemetry, tmp_path: Path) -> Iterator[Prometheus]:
-    if not PROMETHEUS.exists():
-        pytest.fail(
-            f"{PROMETHEUS} is missing: install Debian's Prometheus with "
-            "`apt-get update && apt-get install -y prometheus` (CI does); this test runs the "
-            "binary itself and never starts the system service"
-        )
+    prometheus_bin = program("prometheus")  # runs the binary, never the system service
     endpoint = graded_telemetry.prometheus
     assert endpoint is not None
     config = tmp_path / "prometheus.yml"
@@ -104,7 +99,7 @@ def prometheus(graded_telemetry: Telemetry, tmp_path: Path) -> Iterator[Promethe
     log = (tmp_path / "prometheus.log").open("w")
     process = subprocess.Popen(
         [
-            str(PROMETHEUS),
+            prometheus_bin,
             f"--config.file={config}",
             f"--storage.tsdb.path={tmp_path / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",

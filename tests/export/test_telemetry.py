@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from attest_otel import semconv
-from attest_otel.errors import ExportError, UsageError
+from attest_otel.errors import ExportError, ListenError, UsageError
 from attest_otel.export.report import ExportReport
 from attest_otel.export.telemetry import build_telemetry, resolve_endpoint, resolve_protocol
 from attest_otel.model import CheckResult, Finding, Run
@@ -244,7 +244,7 @@ def test_a_dead_endpoint_fails_the_flush_within_the_timeout_and_says_why(protoco
     assert endpoint in line and "connection refused" in line
     with pytest.raises(ExportError) as raised:
         report.raise_for_failure()
-    assert raised.value.exit_code == 1
+    assert raised.value.exit_code == 4
 
 
 def test_a_receiver_that_rejects_the_data_is_reported_with_its_grpc_status(
@@ -393,7 +393,7 @@ def busy_port() -> Iterator[int]:
 
 def test_a_prometheus_address_that_is_taken_or_malformed_is_reported(busy_port: int) -> None:
     with pytest.raises(
-        ExportError, match=f"cannot serve Prometheus metrics on 127.0.0.1:{busy_port}"
+        ListenError, match=f"cannot serve Prometheus metrics on 127.0.0.1:{busy_port}"
     ):
         build_telemetry(
             endpoint=None,

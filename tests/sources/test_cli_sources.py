@@ -112,14 +112,14 @@ def test_grade_since_grades_every_trace_of_the_window_from_the_store(tmp_path: P
     assert result.exit_code == 1
 
     result = _invoke("grade", "--since", "30m", "--from", f"store:{path}")
-    assert result.exit_code == 0
-    assert "no traces received" in result.stderr
+    assert result.exit_code == 2  # an empty window must not pass a CI gate
+    assert "no traces in that window" in result.stderr
 
 
 def test_grade_needs_a_trace_id_or_a_window_but_not_both() -> None:
     result = _invoke("grade", "--trace-id", "ab", "--since", "1h", "--from", "file:x.json")
     assert result.exit_code == 2
-    assert "either --trace-id ID or --since DURATION" in result.stderr
+    assert "--trace-id and --since exclude each other" in result.stderr
     assert len(result.stderr.splitlines()) == 1
 
 

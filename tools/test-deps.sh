@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The Debian programs some tests run as real peers: Prometheus (scrapes the exporter) and
+# Chromium (renders `report --html`). `make test` calls this first.
+#
+# As root, missing ones are installed with apt-get, as CI does. Otherwise nothing is
+# installed: the line below says what is missing, and pytest skips the tests that need it
+# (and names them again in one line at the end). With CI=true a missing program is an error,
+# so a skip can never hide a failure in CI.
+set -euo pipefail
+
+# program:package pairs; the program is looked up on PATH.
+wanted=(prometheus:prometheus chromium:chromium)
+
+missing=()
+for pair in "${wanted[@]}"; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "test-deps: installing ${missing[*]} with apt-get" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  # Another apt-get on the machine holds the lock for a while: wait for it, not fail.
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+  exit 0
+fi
+
+message="test-deps: missing ${missing[*]}: their tests will be skipped; install them with \`sudo apt-get install ${missing[*]}\`"
+if [ "${CI:-}" = true ]; then
+  echo "$message (CI=true: failing instead)" >&2
+  exit 1
+fi
+echo "$message" >&2
