@@ -129,8 +129,8 @@ def serve(
     SIGTERM or Ctrl-C stops accepting, grades and forwards what is held (within
     shutdown.deadline_s), flushes and exits 0.
     """
-    from attest_otel.service import build_service
-    from attest_otel.service_config import config_lines, load_service_config
+    from attest_otel.sidecar.config import config_lines, load_service_config
+    from attest_otel.sidecar.service import build_service
 
     setup_logging(log_level)
     config = load_service_config(

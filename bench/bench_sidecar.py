@@ -203,7 +203,7 @@ def run_baseline(requests: list[bytes]) -> float:
 
 
 def _spans(requests: list[bytes]) -> int:
-    from attest_otel.ingest.wire import split_request
+    from attest_otel.sidecar.wire import split_request
 
     return sum(len(g.spans) for r in requests for g in split_request(r))
 
@@ -415,8 +415,8 @@ def _rss() -> int:
 
 def run_memory(requests: list[bytes]) -> tuple[int, int, int]:
     """(OTLP bytes of the held spans, buffer's own byte count, RSS growth)."""
-    from attest_otel.ingest.buffer import BufferLimits, TraceBuffer
-    from attest_otel.ingest.wire import split_request
+    from attest_otel.sidecar.buffer import BufferLimits, TraceBuffer
+    from attest_otel.sidecar.wire import split_request
 
     buf = TraceBuffer(BufferLimits(grace_s=3600, idle_timeout_s=7200, max_traces=10**7,
                                    max_spans=10**9, max_bytes=1 << 40),
@@ -440,18 +440,18 @@ def run_profile(requests: list[bytes]) -> None:
     import cProfile
     import pstats
 
-    from attest_otel.export.forward import ForwardItem
-    from attest_otel.ingest.buffer import HeldTrace
-    from attest_otel.service import SidecarStats, TraceGrader, agent_probe
+    from attest_otel.sidecar.buffer import HeldTrace
+    from attest_otel.sidecar.forward import ForwardItem
+    from attest_otel.sidecar.service import SidecarStats, TraceGrader, agent_probe
 
     class NullForwarder:
         def offer(self, item: ForwardItem) -> None:
             pass
 
     held: list[HeldTrace] = []
-    from attest_otel.ingest.buffer import BufferLimits, TraceBuffer
-    from attest_otel.ingest.wire import split_request
-    from attest_otel.service import Pipeline
+    from attest_otel.sidecar.buffer import BufferLimits, TraceBuffer
+    from attest_otel.sidecar.service import Pipeline
+    from attest_otel.sidecar.wire import split_request
 
     buf = TraceBuffer(BufferLimits(grace_s=3600, idle_timeout_s=7200, max_traces=10**7,
                                    max_spans=10**9, max_bytes=1 << 40),

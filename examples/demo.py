@@ -47,7 +47,7 @@ class Receiver:
         receiver = self
 
         class Traces(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
-            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+            def Export(self, request: Any, context: Any) -> Any:
                 with receiver.lock:
                     for rs in request.resource_spans:
                         for ss in rs.scope_spans:
@@ -55,7 +55,7 @@ class Receiver:
                 return trace_service_pb2.ExportTraceServiceResponse()
 
         class Logs(logs_service_pb2_grpc.LogsServiceServicer):  # type: ignore[misc]
-            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+            def Export(self, request: Any, context: Any) -> Any:
                 with receiver.lock:
                     for rl in request.resource_logs:
                         for sl in rl.scope_logs:
@@ -63,7 +63,7 @@ class Receiver:
                 return logs_service_pb2.ExportLogsServiceResponse()
 
         class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
-            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+            def Export(self, request: Any, context: Any) -> Any:
                 with receiver.lock:
                     for rm in request.resource_metrics:
                         for sm in rm.scope_metrics:

@@ -22,7 +22,7 @@ import jsonschema
 import pytest
 import yaml
 
-from attest_otel.service_config import DEFAULTS, load_service_config
+from attest_otel.sidecar.config import DEFAULTS, load_service_config
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import Sidecar, free_port
 

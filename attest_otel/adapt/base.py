@@ -11,6 +11,7 @@ match a tool call to its result by call id without knowing which dialect spoke.
 
 from __future__ import annotations
 
+import ast
 import enum
 import json
 from collections.abc import Sequence
@@ -176,6 +177,28 @@ def loads_lenient(value: Any) -> Any:
         except (ValueError, RecursionError):  # not JSON, cut JSON, or nested too deeply
             return value
     return value
+
+
+PY_LITERAL_LIMIT = 64_000
+"""Longest Python repr `python_literal` parses: an attribute is user data, and parsing it must
+cost no more than reading it (SDK attribute limits usually cut well below this)."""
+
+
+def python_literal(value: Any) -> Any:
+    """A value recorded as JSON or as a Python repr (`{'order_id': 42}`, `()`): tracing
+    decorators record a function's arguments with `repr`. Parsed with `ast.literal_eval`, which
+    builds literals and never runs code, and only up to `PY_LITERAL_LIMIT` characters; anything
+    else (too long, not a literal, nested too deeply) comes back as it is."""
+    loaded = loads_lenient(value)
+    if loaded is not value or not isinstance(value, str):
+        return loaded
+    text = value.strip()
+    if not text or len(text) > PY_LITERAL_LIMIT or text[0] not in "{[('\"-0123456789TFN":
+        return value
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return value
 
 
 def loads_structured(value: Any) -> Any:

@@ -26,16 +26,18 @@ from attest_otel.adapt.base import (
     Role,
     ToolInfo,
     Want,
+    call_arguments,
     captured,
     event_exception_text,
     loads_lenient,
     loads_structured,
     policy_attrs,
+    python_literal,
     strip_method,
 )
 from attest_otel.ingest.span import LogRecord, Span
 
-__all__ = ["GENERIC", "Generic"]
+__all__ = ["GENERIC", "Generic", "bare_name", "protocol_span"]
 
 _TYPE_KEYS = (
     "span.type", "span.kind", "span_type", "spantype", "span_kind", "observation.type",
@@ -61,8 +63,11 @@ _NOT_GENAI = ("http.", "db.", "rpc.", "messaging.", "url.", "faas.", "network.")
 _ARG_SUFFIXES = (".input.value", ".arguments", ".args", ".parameters", ".input", "spaninputs",
                  "_input", "_args", "_arguments")
 _ARG_KEYS = frozenset(("input", "args", "arguments", "parameters", "tool_input", "inputs"))
+_KWARG_SUFFIXES = (".kwargs", "_kwargs")
+"""A decorated function's keyword arguments (`function.kwargs`), often a Python repr."""
+_POSITIONAL_SUFFIXES = (".args", "_args")
 _OUT_SUFFIXES = (".output.value", ".result", ".response", ".output", "spanoutputs", "_output",
-                 "_result", "_response")
+                 "_result", "_response", ".output.messages")
 _OUT_KEYS = frozenset(("output", "result", "response", "outputs", "tool_output"))
 _ERROR_FLAG_SUFFIXES = (".error", ".failed", ".is_error", ".iserror", "_error", ".has_error")
 _ERROR_FLAG_KEYS = frozenset(("error", "failed", "is_error"))
@@ -83,7 +88,7 @@ class Generic:
 
     def detect(self, span: Span) -> Role | None:
         attrs = span.attributes
-        if any(k.startswith(_NOT_GENAI) for k in attrs):
+        if protocol_span(span):
             return None
         by_attr = _role_from_attributes(attrs)
         if by_attr is not None:
@@ -95,19 +100,28 @@ class Generic:
         found = _first(attrs, _AGENT_NAME_SUFFIXES, ())
         if isinstance(found, str) and found:
             return found
-        return _bare_name(span.name)
+        return bare_name(span.name)
 
     def tool(self, span: Span) -> ToolInfo:
         attrs = span.attributes
         name = _first(attrs, _TOOL_NAME_SUFFIXES, ())
         args = _first(attrs, _ARG_SUFFIXES, _ARG_KEYS)
+        arguments = loads_lenient(args)
+        kwargs = _first(attrs, _KWARG_SUFFIXES, ())
+        if kwargs is not None:
+            # A decorator's record of the call: `function.args = ()` beside the keywords.
+            positional = python_literal(_first(attrs, _POSITIONAL_SUFFIXES, ()))
+            args, arguments = kwargs, call_arguments(
+                {"args": list(positional) if isinstance(positional, tuple | list) else positional,
+                 "kwargs": python_literal(kwargs)}
+            )
         out = _first(attrs, _OUT_SUFFIXES, _OUT_KEYS)
         flagged = _error_flag(attrs)
         error_text = _first(attrs, _ERROR_TEXT_SUFFIXES, ()) or event_exception_text(span)
         return ToolInfo(
-            name=name if isinstance(name, str) and name else _bare_name(span.name),
+            name=name if isinstance(name, str) and name else bare_name(span.name),
             call_id=_call_id(attrs),
-            arguments=loads_lenient(args),
+            arguments=arguments,
             arguments_captured=captured(args),
             output=_result(loads_lenient(out)),
             output_captured=captured(out),
@@ -198,7 +212,12 @@ def _call_id(attrs: dict[str, Any]) -> str | None:
     return None
 
 
-def _bare_name(name: str) -> str | None:
+def protocol_span(span: Span) -> bool:
+    """An HTTP, database or messaging span: a transport, never an agent, tool or model call."""
+    return any(k.startswith(_NOT_GENAI) for k in span.attributes)
+
+
+def bare_name(name: str) -> str | None:
     """`lookup_order.run` -> `lookup_order`, `tool: x` -> `x`; a dotted instrumentation name
     (`haystack.agent.step.tool`) names no tool and gives None."""
     text = name.strip()

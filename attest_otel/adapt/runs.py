@@ -27,6 +27,7 @@ from typing import Any
 
 from attest_otel.adapt import guard
 from attest_otel.adapt.base import ANSWER, SYSTEM, TASK, TOOLS, Dialect, Role, ToolInfo
+from attest_otel.adapt.decorated import read_decorated
 from attest_otel.adapt.detect import detect
 from attest_otel.adapt.explain import SpanReading, readings
 from attest_otel.adapt.generic import GENERIC
@@ -242,7 +243,8 @@ class _Trace:
                 found = None
                 unreadable += 1
             nodes[span.span_id] = Node(span, found)
-        if not any(n.role in _RUN_MAKERS for n in nodes.values()):
+        generic = not any(n.role in _RUN_MAKERS for n in nodes.values())
+        if generic:
             unreadable += self._read_generic(nodes)
         for node in nodes.values():
             if node.dialect is not None and node.dialect.name not in dialects:
@@ -259,6 +261,13 @@ class _Trace:
             anomalies[guard.UNREADABLE_SPANS] = unreadable
         roots = guard.link(nodes, anomalies)
         guard.number(nodes.values(), roots)
+        if (
+            generic
+            and not any(n.role is Role.AGENT for n in nodes.values())
+            and read_decorated(nodes.values(), self.logs)
+            and GENERIC.name not in dialects
+        ):
+            dialects.append(GENERIC.name)
         skewed = guard.clock_skew(self.spans)
         if skewed:
             anomalies[guard.CLOCK_SKEW] = skewed

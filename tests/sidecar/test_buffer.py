@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from attest_otel.ingest import wire
-from attest_otel.ingest.buffer import BufferLimits, HeldTrace, TraceBuffer
+from attest_otel.sidecar import wire
+from attest_otel.sidecar.buffer import BufferLimits, HeldTrace, TraceBuffer
 
 
 class Clock:

@@ -28,8 +28,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from attest_otel.errors import PolicyError
-from attest_otel.ingest.receivers import TokenCheck, exposure_warning
-from attest_otel.service_config import load_service_config
+from attest_otel.sidecar.config import load_service_config
+from attest_otel.sidecar.receivers import TokenCheck, exposure_warning
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import Sidecar, agent_run, free_port, plain_request, provider
 

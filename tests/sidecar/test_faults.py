@@ -26,8 +26,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
-from attest_otel.ingest import wal as wal_module
-from attest_otel.ingest.wal import BufferDirError, DurableLog
+from attest_otel.sidecar import wal as wal_module
+from attest_otel.sidecar.wal import BufferDirError, DurableLog
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import Sidecar, agent_run, plain_request, provider
 
@@ -109,7 +109,7 @@ def test_replay_skips_garbage_a_torn_tail_a_damaged_record_and_a_wholly_corrupt_
     # And an unreadable one: skipped with an error, not a crash.
     (d / "wal-000000000999.log").mkdir()
 
-    with caplog.at_level(logging.WARNING, logger="attest_otel.ingest.wal"):
+    with caplog.at_level(logging.WARNING, logger="attest_otel.sidecar.wal"):
         replayed = [data for _rid, data in DurableLog(d).open()]
 
     expected = records[0] + records[1][:-1] + records[2][:1] + records[2][2:]

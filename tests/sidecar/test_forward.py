@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from attest_otel.export.forward import (
+from attest_otel.sidecar.forward import (
     Forwarder,
     ForwardItem,
     ForwardSettings,

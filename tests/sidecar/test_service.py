@@ -12,8 +12,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from attest_otel.grade.questions import AnswerQuestion, AnswerVerdict, ChoiceVerdict
 from attest_otel.model import Run, Step, ToolCall
-from attest_otel.service import ModelGate, build_service
-from attest_otel.service_config import load_service_config
+from attest_otel.sidecar.config import load_service_config
+from attest_otel.sidecar.service import ModelGate, build_service
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import free_port
 
@@ -152,7 +152,7 @@ def test_runs_over_the_budget_are_graded_offline(tmp_path: Path,
     service = build_service(_config(tmp_path, downstream))
     service.gate = gate
     service._build_parts = lambda: None  # type: ignore[method-assign]
-    from attest_otel.service import TraceGrader
+    from attest_otel.sidecar.service import TraceGrader
 
     grader = TraceGrader(policy=None, gate=gate, forwarder=service.forwarder,
                          stats=service.stats)
@@ -184,9 +184,9 @@ from tests.sidecar.test_wire import TRACES  # noqa: E402 - fixtures shared with 
 @pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
 def test_the_byte_probe_only_says_agent_where_the_adapters_see_one(path: Path) -> None:
     from attest_otel.adapt import Role, detect
-    from attest_otel.ingest.buffer import HeldTrace
     from attest_otel.ingest.decode import decode_request
-    from attest_otel.service import AGENT_BYTES, agent_probe
+    from attest_otel.sidecar.buffer import HeldTrace
+    from attest_otel.sidecar.service import AGENT_BYTES, agent_probe
     from tests.sidecar.test_wire import _fixture_requests
 
     for data in _fixture_requests(path):

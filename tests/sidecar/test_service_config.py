@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from attest_otel.errors import PolicyError
-from attest_otel.service_config import (
+from attest_otel.sidecar.config import (
     DEFAULTS,
     MIB,
     default_store_path,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from attest_otel.ingest.wal import DurableLog
+from attest_otel.sidecar.wal import DurableLog
 
 
 def test_undone_records_come_back_after_a_restart_and_done_ones_do_not(tmp_path: Path) -> None:

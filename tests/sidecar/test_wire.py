@@ -10,9 +10,9 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from attest_otel.ingest import wire
 from attest_otel.ingest.candidate import is_genai_candidate
-from attest_otel.ingest.receivers import otlp_json_to_protobuf
+from attest_otel.sidecar import wire
+from attest_otel.sidecar.receivers import otlp_json_to_protobuf
 
 TRACES = sorted((Path(__file__).parents[1] / "fixtures" / "traces").glob("*.json"))
 TRACES = [p for p in TRACES if not p.name.endswith(".labels.json")]

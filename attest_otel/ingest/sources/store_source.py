@@ -26,7 +26,7 @@ __all__ = ["GradeRow", "StoreSource", "default_store_path", "since_to_ns"]
 
 def default_store_path() -> Path:
     """The sidecar's default (`$XDG_DATA_HOME/attest-otel/store.db`), from its own config."""
-    from attest_otel.service_config import default_store_path as sidecar_default
+    from attest_otel.sidecar.config import default_store_path as sidecar_default
 
     return sidecar_default()
 

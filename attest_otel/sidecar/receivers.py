@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from attest_otel.errors import ListenError
-from attest_otel.export.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
-from attest_otel.service_config import parse_host_port
+from attest_otel.sidecar.config import parse_host_port
+from attest_otel.sidecar.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
 
 __all__ = [
     "Accept",

@@ -36,10 +36,12 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-from attest_otel.export.forward import Forwarder, ForwardItem, ForwardSettings
 from attest_otel.export.results import ContentPolicy, set_content_policy
-from attest_otel.ingest.buffer import BufferLimits, HeldTrace, TraceBuffer
-from attest_otel.ingest.receivers import (
+from attest_otel.model import CheckResult, Run, Step, ToolCall
+from attest_otel.sidecar.buffer import BufferLimits, HeldTrace, TraceBuffer
+from attest_otel.sidecar.config import ServiceConfig, read_token
+from attest_otel.sidecar.forward import Forwarder, ForwardItem, ForwardSettings
+from attest_otel.sidecar.receivers import (
     OK,
     GrpcReceiver,
     HttpReceiver,
@@ -48,8 +50,8 @@ from attest_otel.ingest.receivers import (
     TokenCheck,
     exposure_warning,
 )
-from attest_otel.ingest.wal import DurableLog
-from attest_otel.ingest.wire import (
+from attest_otel.sidecar.wal import DurableLog
+from attest_otel.sidecar.wire import (
     GENAI_KEY_BYTES,
     ScopeGroup,
     WireError,
@@ -57,8 +59,6 @@ from attest_otel.ingest.wire import (
     is_genai_name,
     split_request,
 )
-from attest_otel.model import CheckResult, Run, Step, ToolCall
-from attest_otel.service_config import ServiceConfig, read_token
 from attest_otel.store import StoredGrade, StoreWriter, TraceStore
 
 __all__ = [
@@ -1064,7 +1064,7 @@ class Service:
 
 
 def _host(endpoint: str) -> str:
-    from attest_otel.service_config import parse_host_port
+    from attest_otel.sidecar.config import parse_host_port
 
     return parse_host_port(endpoint)[0]
 

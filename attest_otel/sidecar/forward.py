@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from attest_otel.ingest.wire import split_to_size
+from attest_otel.sidecar.wire import split_to_size
 
 __all__ = [
     "ForwardItem",

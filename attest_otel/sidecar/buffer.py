@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from attest_otel.ingest.wire import ScopeGroup, encode_groups
+from attest_otel.sidecar.wire import ScopeGroup, encode_groups
 
 __all__ = ["BufferLimits", "HeldTrace", "Routed", "TraceBuffer"]
 
