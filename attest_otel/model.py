@@ -66,6 +66,12 @@ class Run:
     agent: str | None = None
     trace_id: str | None = None
     span_id: str | None = None
+    content_captured: bool = True
+    """False when the trace recorded no content at all (no task, no answer, no tool arguments
+    or results: capture off, the default of most instrumentations). The calls are then known by
+    name and span status only, so nothing can be asked of a model about them, and a clean
+    grade means less than it says. Written to run JSON only when False, so attest's own run
+    files stay as they were."""
 
     @property
     def tool_calls(self) -> list[tuple[int, ToolCall]]:
@@ -257,11 +263,13 @@ def run_from_dict(data: Any) -> Run:
         tool_fallbacks=fallbacks,
         steps=steps,
         final_answer=f.str_("final_answer"),
+        content_captured=f.bool_("content_captured") is not False,
     )
 
 
 def run_to_dict(run: Run) -> dict[str, Any]:
-    """attest's run.json for a run (adapter-only fields left out, so attest reads it back)."""
+    """attest's run.json for a run (adapter-only fields left out, so attest reads it back;
+    `content_captured` only when False, the one fact a reader of the file must not miss)."""
     steps = []
     for step in run.steps:
         out: dict[str, Any] = {}
@@ -274,7 +282,7 @@ def run_to_dict(run: Run) -> dict[str, Any]:
                 call["is_error"] = c.is_error
             out["tool_call"] = call
         steps.append(out)
-    return {
+    data: dict[str, Any] = {
         "task": run.task,
         "system_prompt": run.system_prompt,
         "allowed_tools": run.allowed_tools,
@@ -282,9 +290,15 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         "steps": steps,
         "final_answer": run.final_answer,
     }
+    if not run.content_captured:
+        data["content_captured"] = False
+    return data
 
 
-RUN_KEYS = ("task", "system_prompt", "allowed_tools", "tool_fallbacks", "steps", "final_answer")
+RUN_KEYS = (
+    "task", "system_prompt", "allowed_tools", "tool_fallbacks", "steps", "final_answer",
+    "content_captured",
+)
 STEP_KEYS = ("thought", "tool_call")
 CALL_KEYS = ("name", "arguments", "output", "is_error")
 _OTLP_KEYS = ("resourceSpans", "resource_spans")

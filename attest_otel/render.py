@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from attest_otel.adapt.explain import capture_hints
 from attest_otel.model import CheckResult, Finding, Run
 
 _MARK = {"pass": "✓", "warn": "?", "fail": "✗"}
@@ -102,6 +103,7 @@ def trace_json(trace: Any, results: Sequence[CheckResult]) -> dict[str, Any]:
                 "span_id": run.span_id,
                 "task": run.task,
                 "final_answer": run.final_answer,
+                "content_captured": run.content_captured,
                 "result": result.to_dict(),
             }
             for run, result in zip(trace.runs, results, strict=True)
@@ -110,7 +112,9 @@ def trace_json(trace: Any, results: Sequence[CheckResult]) -> dict[str, Any]:
 
 
 def trace_block(trace: Any, results: Sequence[CheckResult]) -> str:
-    """One trace for a terminal; a run with no tool calls says which dialects were seen."""
+    """One trace for a terminal; a run with no tool calls says which dialects were seen, and a
+    trace that captured no content says so and which setting captures it: without content a
+    returned error is invisible, and a clean grade would look like more than it is."""
     lines = [click.style(f"trace {trace.trace_id}", bold=True)]
     for run, result in zip(trace.runs, results, strict=True):
         title = f"  run {run.agent or '(no agent name)'}"
@@ -118,4 +122,10 @@ def trace_block(trace: Any, results: Sequence[CheckResult]) -> str:
     if not any(result.findings for result in results):
         seen = ", ".join(trace.dialects) or "none"
         lines.append(f"  note: no tool call recognised in this trace; span dialects seen: {seen}")
+    if not all(run.content_captured for run in trace.runs):
+        hints = "; ".join(capture_hints(trace.dialects)) or "the framework's content switch"
+        lines.append(
+            "  note: no content captured (task, answer, tool arguments and results): calls "
+            f"graded by span status alone, model checks skipped; turn capture on: {hints}"
+        )
     return "\n".join(lines)

@@ -442,7 +442,9 @@ def run_profile(requests: list[bytes]) -> None:
 
     from attest_otel.sidecar.buffer import HeldTrace
     from attest_otel.sidecar.forward import ForwardItem
-    from attest_otel.sidecar.service import SidecarStats, TraceGrader, agent_probe
+    from attest_otel.sidecar.grading import TraceGrader
+    from attest_otel.sidecar.probe import agent_probe
+    from attest_otel.sidecar.stats import SidecarStats
 
     class NullForwarder:
         def offer(self, item: ForwardItem) -> None:
@@ -450,7 +452,7 @@ def run_profile(requests: list[bytes]) -> None:
 
     held: list[HeldTrace] = []
     from attest_otel.sidecar.buffer import BufferLimits, TraceBuffer
-    from attest_otel.sidecar.service import Pipeline
+    from attest_otel.sidecar.requests import RequestPath as Pipeline
     from attest_otel.sidecar.wire import split_request
 
     buf = TraceBuffer(BufferLimits(grace_s=3600, idle_timeout_s=7200, max_traces=10**7,

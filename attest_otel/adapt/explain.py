@@ -15,13 +15,16 @@ from attest_otel.adapt.base import Role
 from attest_otel.adapt.tree import Node, RunBuild
 from attest_otel.model import Run
 
-__all__ = ["CAPTURE_SETTINGS", "RunGaps", "SpanReading", "gaps", "readings"]
+__all__ = ["CAPTURE_SETTINGS", "RunGaps", "SpanReading", "capture_hints", "gaps", "readings"]
 
 CAPTURE_SETTINGS: dict[str, str] = {
-    "genai": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true (latest conventions: "
-    "SPAN_ONLY or SPAN_AND_EVENT), or the framework's own content switch",
-    "genai-old": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, and export logs: "
-    "content travels in log events",
+    "genai": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only (or span_and_event; "
+    "event_only puts content in log records only, so export logs too; with "
+    "opentelemetry-util-genai 1.x `true` is not a mode and captures nothing), or the "
+    "framework's own content switch",
+    "genai-old": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true for instrumentations "
+    "before opentelemetry-util-genai 1.x (event_only / span_and_event with it), and export "
+    "logs: content travels in log events",
     "openinference": "unset OPENINFERENCE_HIDE_INPUTS / OPENINFERENCE_HIDE_OUTPUTS (and the "
     "TraceConfig hide_* options)",
     "openllmetry": "TRACELOOP_TRACE_CONTENT=true",
@@ -29,8 +32,9 @@ CAPTURE_SETTINGS: dict[str, str] = {
     "vercel-genai": "experimental_telemetry: {recordInputs: true, recordOutputs: true}",
     "pydantic-ai": "InstrumentationSettings(include_content=True)",
     "strands": "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental keeps content on spans",
-    "adk": "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=true (current ADK: "
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)",
+    "adk": "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=true (ADK 2.x: "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only; `true` means event_only, "
+    "content in log records)",
     "langsmith": "LANGSMITH_HIDE_INPUTS / LANGSMITH_HIDE_OUTPUTS unset",
     "generic": "the framework's own content or tracing switch (a dialect file can name where "
     "it keeps content)",
@@ -130,5 +134,10 @@ def gaps(run: Run, dialects: list[str]) -> RunGaps:
     if unargued:
         out.missing.append(f"tool arguments ({unargued} of {len(calls)} calls)")
     if out.missing:
-        out.capture = [f"{d}: {CAPTURE_SETTINGS[d]}" for d in dialects if d in CAPTURE_SETTINGS]
+        out.capture = capture_hints(dialects)
     return out
+
+
+def capture_hints(dialects: list[str]) -> list[str]:
+    """`dialect: setting` for each dialect seen that has a content switch, first seen first."""
+    return [f"{d}: {CAPTURE_SETTINGS[d]}" for d in dialects if d in CAPTURE_SETTINGS]

@@ -191,6 +191,17 @@ def looks_like_repr(text: str) -> bool:
     return bool(_REPR.match(text.lstrip()))
 
 
+def _any_content(run: Run) -> bool:
+    """Whether the trace recorded any of the run's content: a task, an answer, or a call's
+    arguments or result. None of them means capture was off (the default of most
+    instrumentations), not a run that said nothing: the grade must say so."""
+    if run.task or run.final_answer is not None:
+        return True
+    return any(
+        call.output_captured or call.arguments is not None for _, call in run.tool_calls
+    )
+
+
 def _implicit(node: Node) -> bool:
     """An agent the assembler inferred (`tree`), not one its dialect marks."""
     return node.dialect is not None and node.dialect.detect(node.span) is not Role.AGENT
@@ -264,7 +275,7 @@ class _Trace:
         if (
             generic
             and not any(n.role is Role.AGENT for n in nodes.values())
-            and read_decorated(nodes.values(), self.logs)
+            and False and read_decorated(nodes.values(), self.logs)
             and GENERIC.name not in dialects
         ):
             dialects.append(GENERIC.name)
@@ -357,6 +368,7 @@ class _Trace:
         if answer_call is not None and run.final_answer is None:
             run.final_answer = answer_text(answer_call)
         run.steps = [Step(tool_call=to_tool_call(c)) for c in calls]
+        run.content_captured = _any_content(run)
         self._apply_policy(run, anchor)
         return run
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from attest_otel.errors import UsageError
 from attest_otel.grade import llm, rules
-from attest_otel.grade.questions import AnswerVerdict, Judge
+from attest_otel.grade.questions import AnswerVerdict, Judge, ModelFailure
 from attest_otel.model import CheckResult, Run
 
 NO_MODEL = (
@@ -19,13 +19,24 @@ NO_MODEL = (
 )
 
 
+NO_CONTENT = "no content captured"
+"""Why a run's model checks were not made: the trace recorded no task, answer, arguments or
+results (`Run.content_captured`), so a model would be asked about text nobody has."""
+
+
 def grade(run: Run, *, judge: Judge | None, appropriate: bool = False) -> CheckResult:
     """Grade one run with the given judge (None: offline). Never raises for a model failure."""
     facts = rules.assess(run)
     answers: dict[int, rules.AnswerResult] = {}
     choices: dict[int, rules.ChoiceResult] = {}
     calls = 0
-    if judge is not None:
+    if judge is not None and not run.content_captured:
+        # Nothing to show a model: the errors stay unchecked, saying why, and the tool choice
+        # is not judged (a guess from tool names alone would pass for a check).
+        for fact in facts:
+            if rules.needs_answer_check(fact):
+                answers[fact.step] = ModelFailure(NO_CONTENT)
+    elif judge is not None:
         unrecovered = [f for f in facts if rules.needs_answer_check(f)]
         if not (run.final_answer or "").strip():
             # Nothing to read: an empty answer cannot mention the error, so no call is needed.

@@ -13,7 +13,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from attest_otel.grade.questions import AnswerQuestion, AnswerVerdict, ChoiceVerdict
 from attest_otel.model import Run, Step, ToolCall
 from attest_otel.sidecar.config import load_service_config
-from attest_otel.sidecar.service import ModelGate, build_service
+from attest_otel.sidecar.gate import ModelGate
+from attest_otel.sidecar.service import build_service
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import free_port
 
@@ -75,7 +76,7 @@ def test_start_feed_one_trace_shutdown_leaves_no_threads(
     service = build_service(_config(tmp_path, downstream))
     service.start()
     data, _tid = _agent_request()
-    assert service.pipeline.accept(data).ok
+    assert service.requests.accept(data).ok
     assert service.shutdown(5.0)
     assert service.shutdown(5.0)  # a second time is a no-op
     assert downstream.wait_for(lambda d: len(d.spans()) == 2)
@@ -98,7 +99,7 @@ def test_a_trace_that_cannot_be_graded_is_forwarded_as_it_came(
     service = build_service(_config(tmp_path, downstream))
     service.start()
     data, _ = _agent_request()
-    assert service.pipeline.accept(data).ok
+    assert service.requests.accept(data).ok
     assert downstream.wait_for(lambda d: len(d.spans()) == 2, 5)
     service.shutdown(5.0)
     assert service.stats.grade_failures == 1
@@ -152,7 +153,7 @@ def test_runs_over_the_budget_are_graded_offline(tmp_path: Path,
     service = build_service(_config(tmp_path, downstream))
     service.gate = gate
     service._build_parts = lambda: None  # type: ignore[method-assign]
-    from attest_otel.sidecar.service import TraceGrader
+    from attest_otel.sidecar.grading import TraceGrader
 
     grader = TraceGrader(policy=None, gate=gate, forwarder=service.forwarder,
                          stats=service.stats)
@@ -186,7 +187,7 @@ def test_the_byte_probe_only_says_agent_where_the_adapters_see_one(path: Path) -
     from attest_otel.adapt import Role, detect
     from attest_otel.ingest.decode import decode_request
     from attest_otel.sidecar.buffer import HeldTrace
-    from attest_otel.sidecar.service import AGENT_BYTES, agent_probe
+    from attest_otel.sidecar.probe import AGENT_BYTES, agent_probe
     from tests.sidecar.test_wire import _fixture_requests
 
     for data in _fixture_requests(path):

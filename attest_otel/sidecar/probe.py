@@ -1,0 +1,49 @@
+"""Is there an agent span in these bytes? The buffer asks to know when a trace may be complete."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from attest_otel.sidecar.buffer import HeldTrace
+
+log = logging.getLogger(__name__)
+
+
+AGENT_BYTES = re.compile(
+    rb"\x0a\x15gen_ai\.operation\.name\x12\x0e\x0a\x0cinvoke_agent"  # GenAI semconv
+    rb"|\x2a\x09agent run"  # pydantic-ai's run span name
+)
+"""An agent span of the two most common conventions, as it is encoded: the exact key and
+value (or exact span name), so a match is an agent span. Other conventions are found by
+decoding (`agent_probe`); the two answers agree on the fixtures (tests/sidecar)."""
+
+
+def agent_probe(trace: HeldTrace, chunk: bytes, whole: bool, *, keep: bool = True) -> bool:
+    """Whether `chunk` (spans of `trace`) holds an agent span, by the adapters' own test.
+
+    The byte test answers first and needs no decoding. Otherwise the chunk is decoded and
+    each span asked `adapt.detect`; when `chunk` is the whole trace and `keep`, the parse is
+    kept on the trace for the grader (in-process grading only).
+    """
+    if AGENT_BYTES.search(chunk) is not None:
+        return True
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from attest_otel.adapt import Role, detect
+    from attest_otel.ingest.decode import decode_request
+
+    request = ExportTraceServiceRequest.FromString(chunk)
+    decoded = decode_request(request, source=f"trace {trace.trace_id_hex}")
+    found = False
+    for span in decoded.spans:
+        if span.attributes:
+            hit = detect(span)
+            if hit is not None and hit[1] is Role.AGENT:
+                found = True
+                break
+    if whole and keep:
+        trace.probe = (request, decoded)
+    return found

@@ -1,0 +1,177 @@
+"""The request path: what the receivers call for every export request.
+
+Classify each span's trace on the wire, hold the spans of GenAI traces in the buffer,
+pass the rest on as they came, and keep the durable log right. Never raises: a request
+that cannot be parsed gets the protocol's "bad data" answer, a full queue "try later".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from attest_otel.sidecar.buffer import HeldTrace, TraceBuffer
+from attest_otel.sidecar.forward import Forwarder, ForwardItem
+from attest_otel.sidecar.receivers import (
+    OK,
+    Outcome,
+)
+from attest_otel.sidecar.stats import SidecarStats
+from attest_otel.sidecar.wal import DurableLog
+from attest_otel.sidecar.wire import (
+    GENAI_KEY_BYTES,
+    ScopeGroup,
+    WireError,
+    encode_groups,
+    is_genai_name,
+    split_request,
+)
+
+log = logging.getLogger(__name__)
+
+
+class RequestPath:
+    """What the receivers call: classify, hold or pass, and keep the durable log right."""
+
+    def __init__(
+        self,
+        *,
+        buffer: TraceBuffer,
+        forwarder: Forwarder,
+        stats: SidecarStats,
+        wal: DurableLog | None,
+        submit: Callable[[list[HeldTrace]], None],
+        retry_after_s: float,
+        max_backlog_spans: int,
+        unready_after_s: float = 30.0,
+    ) -> None:
+        self.buffer = buffer
+        self.forwarder = forwarder
+        self.stats = stats
+        self.wal = wal
+        self.submit = submit
+        self.retry_after_s = retry_after_s
+        self.max_backlog_spans = max_backlog_spans
+        self.unready_after_s = unready_after_s
+        self.closing = False
+        self.disk_error: str | None = None
+        self._disk_refused = 0
+        self._disk_logged = 0.0
+        self._disk_failed_at = 0.0
+
+    def ready(self) -> tuple[bool, str]:
+        if self.closing:
+            return False, "shutting down"
+        if self.disk_error is not None and time.monotonic() - self._disk_failed_at < 5.0:
+            return False, f"buffer-dir: {self.disk_error}"
+        if not self.has_room(1, 0):
+            return False, "forward queue or grading backlog full"
+        failing = self.forwarder.failing()
+        if failing is not None and failing[0] >= self.unready_after_s:
+            seconds, error = failing
+            return False, (f"forwarding to {self.forwarder.settings.endpoint} has failed for "
+                           f"{seconds:.0f}s: {error}")
+        return True, ""
+
+    def has_room(self, spans: int, size: int) -> bool:
+        return (
+            self.forwarder.has_room(spans, size)
+            and self.stats.grading_spans <= self.max_backlog_spans
+        )
+
+    def accept(self, data: bytes) -> Outcome:
+        """One export request (protobuf bytes, already inflated). Never raises."""
+        if self.closing:
+            self.stats.reject("shutting_down")
+            return Outcome("closing", "the sidecar is shutting down; retry",
+                           self.retry_after_s)
+        if not data:
+            return OK
+        try:
+            groups = split_request(data)
+        except WireError as e:
+            self.stats.reject("malformed")
+            return Outcome("malformed", f"not an OTLP ExportTraceServiceRequest: {e}")
+        spans = sum(len(g.spans) for g in groups)
+        if spans == 0:
+            return OK
+        if not self.has_room(spans, len(data)):
+            self.stats.reject("queue_full")
+            return Outcome("full", "forward queue full; retry later", self.retry_after_s)
+        record: int | None = None
+        if self.wal is not None:
+            try:
+                record = self.wal.append(data)
+            except OSError as e:
+                self.stats.reject("buffer_dir_error")
+                self._disk_error(e)
+                return Outcome("full", f"cannot persist the request under --buffer-dir "
+                                       f"({e.strerror or e}); retry later", self.retry_after_s)
+            if self.disk_error is not None:
+                log.warning("buffer-dir: writing again after %d refused request(s)",
+                            self._disk_refused)
+                self.disk_error = None
+                self._disk_refused = 0
+        self.route(data, groups, spans, record)
+        return OK
+
+    def _disk_error(self, error: OSError) -> None:
+        """One clear line when the buffer dir starts failing, then one per 10 s at most."""
+        now = time.monotonic()
+        self._disk_failed_at = now
+        self._disk_refused += 1
+        if self.disk_error is None or now - self._disk_logged >= 10.0:
+            log.error(
+                "buffer-dir: cannot persist a request (%s); answering 'retry later' until "
+                "it can (%d refused so far)", error.strerror or error, self._disk_refused,
+                extra={"dir": str(self.wal.dir) if self.wal is not None else ""},
+            )
+            self._disk_logged = now
+        self.disk_error = error.strerror or str(error)
+
+    def classify(self, data: bytes, groups: Sequence[ScopeGroup]) -> set[bytes]:
+        """Raw ids of the traces that have a GenAI candidate span in this request.
+
+        The same test as `candidate.is_genai_candidate` (scope, name, attribute keys), done
+        on the bytes: the key test is one regex over the whole request, repeated per span
+        only when it matched somewhere.
+        """
+        genai: set[bytes] = set()
+        key_search = GENAI_KEY_BYTES.search
+        keys_somewhere = key_search(data) is not None
+        known = self.buffer.is_known
+        for group in groups:
+            whole = group.is_genai_scope()
+            for trace_id, name, record in group.spans:
+                if trace_id in genai or known(trace_id):
+                    continue
+                if whole or is_genai_name(name) or (keys_somewhere and key_search(record)):
+                    genai.add(trace_id)
+        return genai
+
+    def route(self, data: bytes, groups: list[ScopeGroup], spans: int,
+              record: int | None) -> None:
+        genai = self.classify(data, groups)
+        routed = self.buffer.route(groups, genai, record)
+        item: ForwardItem | None = None
+        records = (record,) if record is not None else ()
+        if routed.held_spans == 0:
+            item = ForwardItem(data, spans, records, mergeable=False)
+        elif routed.passthrough:
+            item = ForwardItem(encode_groups(routed.passthrough), routed.passthrough_spans,
+                               records, mergeable=True)
+        if self.wal is not None and record is not None:
+            self.wal.hold(record, routed.traces_touched + (item is not None))
+            self.wal.unpin(record)
+        if item is not None:
+            self.forwarder.offer(item)
+        self.stats.add(
+            requests=1,
+            spans_received=spans,
+            spans_held=routed.held_spans,
+            spans_passed=routed.passthrough_spans,
+            spans_late=routed.late_spans,
+        )
+        if routed.released:
+            self.submit(routed.released)

@@ -1,0 +1,116 @@
+"""The sidecar's own metrics: counters the hot path bumps, read by observable instruments.
+
+Nothing on the request path calls the metrics SDK: the callbacks read these counters when
+the metric reader asks (every export interval or Prometheus scrape).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+METRICS: dict[str, tuple[str, str, str]] = {
+    # name: (kind, unit, description); kind "counter" (monotonic) or "gauge"
+    "attest.sidecar.spans.received": ("counter", "{span}", "Spans accepted by the receivers."),
+    "attest.sidecar.spans.forwarded": ("counter", "{span}", "Spans delivered downstream."),
+    "attest.sidecar.spans.late": (
+        "counter", "{span}", "Spans that arrived after their trace was graded (sent as is)."),
+    "attest.sidecar.spans.dropped": (
+        "counter", "{span}", "Spans given up on, by reason (refused, shutdown, error)."),
+    "attest.sidecar.spans.held": ("gauge", "{span}", "Spans held in the trace buffer now."),
+    "attest.sidecar.traces.held": ("gauge", "{trace}", "Traces held in the trace buffer now."),
+    "attest.sidecar.traces.graded": (
+        "counter", "{trace}", "Traces graded, by why they were released "
+        "(complete, idle, limit, shutdown)."),
+    "attest.sidecar.grade.failures": (
+        "counter", "{trace}", "Traces forwarded ungraded because grading failed."),
+    "attest.sidecar.queue.spans": ("gauge", "{span}", "Spans queued for forwarding."),
+    "attest.sidecar.queue.size": ("gauge", "By", "Bytes queued for forwarding."),
+    "attest.sidecar.forward.retries": ("counter", "{retry}", "Forwarding attempts retried."),
+    "attest.sidecar.requests.rejected": (
+        "counter", "{request}", "Requests refused, by reason (queue_full, malformed, "
+        "too_large, unsupported_media_type, length_required, shutting_down)."),
+}
+"""The sidecar's own metrics (through the same meter provider / Prometheus endpoint as the
+grade metrics). Prometheus names: dots -> underscores, `_total` on counters."""
+
+
+class SidecarStats:
+    """The counters behind the self-metrics, also read by tests and the shutdown log."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.spans_received = 0
+        self.spans_held = 0
+        self.spans_passed = 0
+        self.spans_late = 0
+        self.requests = 0
+        self.traces_graded: collections.Counter[str] = collections.Counter()
+        self.runs_graded = 0
+        self.grade_failures = 0
+        self.rejections: collections.Counter[str] = collections.Counter()
+        self.model_runs = 0
+        self.model_over_budget = 0
+        self.grading_spans = 0
+        """Spans of traces handed to the grading pool and not yet done."""
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for key, value in counts.items():
+                setattr(self, key, getattr(self, key) + value)
+
+    def reject(self, reason: str) -> None:
+        with self._lock:
+            self.rejections[reason] += 1
+
+    def graded(self, reason: str, runs: int, failed: bool) -> None:
+        with self._lock:
+            self.traces_graded[reason] += 1
+            self.runs_graded += runs
+            self.grade_failures += failed
+
+
+def register_metrics(meter: Any, service: Any) -> None:
+    """Observable instruments over the counters: nothing on the hot path calls the SDK."""
+    from opentelemetry.metrics import CallbackOptions, Observation
+
+    stats = service.stats
+    forwarder = service.forwarder
+    buffer = service.buffer
+
+    def one(value: Callable[[], float]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        return lambda _options: [Observation(value())]
+
+    def by(
+        items: Callable[[], Iterable[tuple[str, int]]], key: str
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        return lambda _options: [Observation(v, {key: k}) for k, v in items()]
+
+    callbacks: dict[str, Callable[[CallbackOptions], Iterable[Observation]]] = {
+        "attest.sidecar.spans.received": one(lambda: stats.spans_received),
+        "attest.sidecar.spans.forwarded": one(lambda: forwarder.stats.spans_forwarded),
+        "attest.sidecar.spans.late": one(lambda: stats.spans_late),
+        "attest.sidecar.spans.dropped": by(lambda: dict(forwarder.stats.dropped).items(),
+                                           "reason"),
+        "attest.sidecar.spans.held": one(lambda: buffer.held_spans),
+        "attest.sidecar.traces.held": one(lambda: buffer.held_traces),
+        "attest.sidecar.traces.graded": by(lambda: dict(stats.traces_graded).items(), "reason"),
+        "attest.sidecar.grade.failures": one(lambda: stats.grade_failures),
+        "attest.sidecar.queue.spans": one(lambda: forwarder.queued_spans),
+        "attest.sidecar.queue.size": one(lambda: forwarder.queued_bytes),
+        "attest.sidecar.forward.retries": one(lambda: forwarder.stats.retries),
+        "attest.sidecar.requests.rejected": by(lambda: dict(stats.rejections).items(),
+                                               "reason"),
+    }
+    for name, (kind, unit, description) in METRICS.items():
+        callback = callbacks[name]
+        if kind == "counter":
+            meter.create_observable_counter(name, [callback], unit=unit, description=description)
+        else:
+            meter.create_observable_gauge(name, [callback], unit=unit, description=description)
