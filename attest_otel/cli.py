@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -23,6 +23,9 @@ from attest_otel.cli_inspect import inspect
 from attest_otel.cli_serve import serve
 from attest_otel.cli_sources import report, trace_source_options
 from attest_otel.errors import EXIT_BROKEN_PIPE, AttestOtelError, InputError, UsageError
+
+if TYPE_CHECKING:
+    from attest_otel.pipeline import GradedTrace
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -311,6 +314,8 @@ def grade(
     """
     from attest_otel.config import Policy, load_policy
     from attest_otel.grade import grader, llm
+    from attest_otel.ingest.decode import decode_file
+    from attest_otel.pipeline import Reading, grade_traces
 
     if file is not None and (trace_id is not None or since_s is not None):
         other = "--trace-id" if trace_id is not None else "--since"
@@ -331,25 +336,16 @@ def grade(
         judge = grader.judge_for_tool_use(asked=True, model=model)
     else:
         judge = llm.judge_from_env(model)
-    graded: list[tuple[Any, list[Any]]]
+    reading = Reading(loaded, allowed_tools, fallbacks or None)
+    graded: list[GradedTrace]
     if file is not None:
-        from attest_otel.adapt import runs_from_file
-
-        traces = runs_from_file(
-            file,
-            policy=loaded,
-            allowed_tools=allowed_tools,
-            fallbacks=fallbacks,
-            dialects=loaded.dialects,
-        )
-        if not traces:
+        decoded = decode_file(file)
+        if not decoded.spans:
             raise InputError(str(file), "no spans to grade")
-        _unused_policy_agents(loaded, traces, warn)
+        graded = grade_traces(decoded.spans, decoded.logs, reading, judge=judge,
+                              appropriate=appropriate)
+        _unused_policy_agents(loaded, [g.trace for g in graded], warn)
         warn.check()
-        graded = [
-            (trace, [grader.grade(run, judge=judge, appropriate=appropriate) for run in trace.runs])
-            for trace in traces
-        ]
     else:
         from attest_otel import cli_sources
 
@@ -361,23 +357,20 @@ def grade(
             insecure=insecure,
             timeout_s=timeout_s,
         )
-        found = cli_sources.grade_from_source(
+        graded = cli_sources.grade_from_source(
             trace_id=trace_id,
             since_s=since_s,
             source=f"store:{store}" if store is not None else source,
             http=http,
-            policy=loaded,
-            allowed_tools=allowed_tools,
-            fallbacks=fallbacks,
+            reading=reading,
             judge=judge,
         )
-        if not found:
+        if not graded:
             where = f"store:{store}" if store is not None else source
             raise InputError(where, "no traces in that window: nothing to grade")
-        _unused_policy_agents(loaded, [g.trace for g in found], warn)
+        _unused_policy_agents(loaded, [g.trace for g in graded], warn)
         warn.check()
-        graded = [(g.trace, g.results) for g in found]
-    if not any(trace.runs for trace, _ in graded):
+    if not any(g.trace.runs for g in graded):
         raise InputError(str(file) if file is not None else source, "no agent runs to grade")
     _print_traces(graded, as_json)
     if export:
@@ -388,24 +381,24 @@ def grade(
             logs=not no_log_events,
             metrics=not no_metrics,
         )
-    _exit_for([r for _, results in graded for r in results])
+    _exit_for([r for g in graded for r in g.results])
 
 
-def _print_traces(graded: Sequence[tuple[Any, Sequence[Any]]], as_json: bool) -> None:
+def _print_traces(graded: Sequence[GradedTrace], as_json: bool) -> None:
     from attest_otel import render
 
     if as_json:
-        out = {"traces": [render.trace_json(trace, results) for trace, results in graded]}
+        out = {"traces": [render.trace_json(g) for g in graded]}
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
-    for trace, results in graded:
-        click.echo(render.trace_block(trace, results))
+    for g in graded:
+        click.echo(render.trace_block(g))
         click.echo()
-    click.echo(render.totals([r for _, results in graded for r in results]))
+    click.echo(render.totals([r for g in graded for r in g.results]))
 
 
 def _export(
-    graded: Sequence[tuple[Any, Sequence[Any]]],
+    graded: Sequence[GradedTrace],
     endpoint: str | None,
     *,
     spans: bool,
@@ -419,9 +412,9 @@ def _export(
         endpoint=endpoint, protocol=None, spans=spans, logs=logs, metrics=metrics, prometheus=None
     )
     try:
-        for trace, results in graded:
-            for run, result in zip(trace.runs, results, strict=True):
-                telemetry.emit_grade(run, result, grade_span=spans)
+        for g in graded:
+            for one in g.runs:
+                telemetry.emit_grade(one.run, one.result, grade_span=spans)
     finally:
         report = telemetry.shutdown()
     report.raise_for_failure()

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from attest_otel.adapt import TraceRuns, runs_from_spans
+from attest_otel.adapt import TraceRuns
 from attest_otel.adapt.explain import SpanReading, gaps
 from attest_otel.cli_sources import load_trace, trace_source_options
 from attest_otel.errors import UsageError
@@ -45,8 +45,11 @@ def inspect(
     since_s: float | None,
 ) -> None:
     """Show how each span of a trace was read, and what content is missing."""
-    from attest_otel.config import load_policy
-    from attest_otel.ingest.decode import decode_file, hydrate
+    # Imported when the command runs: the decoders and readers load protobuf and every
+    # dialect, which `attest-otel --help` need not wait for.
+    from attest_otel.config import Policy, load_policy
+    from attest_otel.ingest.decode import decode_file
+    from attest_otel.pipeline import Reading, read
 
     if (file is None) == (trace_id is None):
         raise UsageError("inspect takes --file PATH or --trace-id ID (they exclude each other)")
@@ -61,14 +64,7 @@ def inspect(
             trace_id, source, headers, ca_file=ca_file, client_cert=client_cert,
             client_key=client_key, insecure=insecure, timeout_s=timeout_s,
         )
-    traces = runs_from_spans(
-        decoded.spans,
-        decoded.logs,
-        policy=loaded,
-        dialects=getattr(loaded, "dialects", ()),
-        hydrate=hydrate,
-        explain=True,
-    )
+    traces = read(decoded.spans, decoded.logs, Reading(loaded or Policy.empty()), explain=True)
     if not traces:
         raise UsageError("no spans in the input")
     for trace in traces:

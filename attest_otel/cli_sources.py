@@ -22,7 +22,6 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,17 +30,14 @@ import click
 from attest_otel.errors import UsageError
 
 if TYPE_CHECKING:
-    from attest_otel.adapt import TraceRuns
-    from attest_otel.config import Policy
     from attest_otel.grade.questions import Judge
     from attest_otel.ingest.decode import Decoded
     from attest_otel.ingest.sources import HttpOptions, Source
-    from attest_otel.model import CheckResult
+    from attest_otel.pipeline import GradedTrace, Reading
 
 __all__ = [
     "DEFAULT_SOURCE",
     "Duration",
-    "GradedTrace",
     "grade_from_source",
     "grade_trace",
     "http_options",
@@ -236,74 +232,28 @@ def load_trace(
         opened.close()
 
 
-@dataclass(slots=True)
-class GradedTrace:
-    """One trace's runs (with the dialects seen, for the "no tool call" note) and grades."""
-
-    trace: TraceRuns
-    results: list[CheckResult]
-    from_store: list[bool]
-    """Per run: the grade is the one the sidecar stored (not made now)."""
-
-
-def _result_from_dict(data: dict[str, Any]) -> CheckResult:
-    from attest_otel.model import CheckResult, Finding
-
-    return CheckResult(
-        check=str(data["check"]),
-        passed=bool(data["passed"]),
-        verdict=str(data["verdict"]),
-        score=float(data["score"]),
-        summary=str(data.get("summary") or ""),
-        findings=[Finding(**f) for f in data.get("findings") or []],
-        metadata=dict(data.get("metadata") or {}),
-    )
-
-
 def grade_trace(
     trace_id: str,
     source: Source,
     *,
-    policy: Policy | None = None,
-    allowed_tools: list[str] | None = None,
-    fallbacks: dict[str, list[str]] | None = None,
+    reading: Reading | None = None,
     judge: Judge | None = None,
 ) -> list[GradedTrace]:
-    """Every run of one trace with its grade, as `grade --file` grades a file's traces (a
-    list for the same reason: one element here). `allowed_tools` / `fallbacks` are the
-    one-off CLI overrides `runs_from_spans` takes.
+    """Every run of one trace with its grade, as `grade --file` grades a file's traces.
 
     From the store, a run the sidecar already graded keeps that grade (it may have had a
-    model check the CLI would not repeat); every other run is graded now.
+    model check the CLI would not repeat) unless the reading overrides the policy; every
+    other run is graded now.
     """
-    from attest_otel.adapt import runs_from_spans
-    from attest_otel.grade.grader import grade
     from attest_otel.ingest.sources.store_source import StoreSource
+    from attest_otel.pipeline import grade_traces
 
     stored: dict[str, dict[str, Any]] = {}
     if isinstance(source, StoreSource):
         decoded, stored = source.fetch_with_grades(trace_id)
     else:
         decoded = source.fetch(trace_id)
-    out: list[GradedTrace] = []
-    traces = runs_from_spans(
-        decoded.spans, decoded.logs, policy=policy, allowed_tools=allowed_tools, fallbacks=fallbacks
-    )
-    for trace in traces:
-        results: list[CheckResult] = []
-        kept: list[bool] = []
-        for run in trace.runs:
-            data = stored.get(run.span_id or "")
-            result = None
-            if data is not None:
-                try:
-                    result = _result_from_dict(data)
-                except (KeyError, TypeError, ValueError):
-                    result = None  # a grade from another version: grade again
-            kept.append(result is not None)
-            results.append(result if result is not None else grade(run, judge=judge))
-        out.append(GradedTrace(trace, results, kept))
-    return out
+    return grade_traces(decoded.spans, decoded.logs, reading, judge=judge, stored=stored)
 
 
 def traces_since(source: Source, since_s: float, *, now_ns: int | None = None) -> list[str]:
@@ -345,9 +295,7 @@ def grade_from_source(
     source: str,
     http: HttpOptions | None = None,
     since_s: float | None = None,
-    policy: Policy | None = None,
-    allowed_tools: list[str] | None = None,
-    fallbacks: dict[str, list[str]] | None = None,
+    reading: Reading | None = None,
     judge: Judge | None = None,
     show_progress: bool | None = None,
 ) -> list[GradedTrace]:
@@ -360,14 +308,7 @@ def grade_from_source(
     opened = open_source(source, http)
 
     def one(tid: str) -> list[GradedTrace]:
-        return grade_trace(
-            tid,
-            opened,
-            policy=policy,
-            allowed_tools=allowed_tools,
-            fallbacks=fallbacks,
-            judge=judge,
-        )
+        return grade_trace(tid, opened, reading=reading, judge=judge)
 
     graded: list[GradedTrace] = []
     try:

@@ -14,6 +14,7 @@ import click
 
 from attest_otel.adapt.explain import capture_hints
 from attest_otel.model import CheckResult, Finding, Run
+from attest_otel.pipeline import GradedTrace
 
 _MARK = {"pass": "✓", "warn": "?", "fail": "✗"}
 _COLOUR = {"pass": "green", "warn": "yellow", "fail": "red"}
@@ -93,32 +94,38 @@ def totals(results: Sequence[CheckResult]) -> str:
     return ", ".join(parts)
 
 
-def trace_json(trace: Any, results: Sequence[CheckResult]) -> dict[str, Any]:
-    """`grade --json`: one trace, its runs in start order, each with where it came from."""
+def trace_json(graded: GradedTrace) -> dict[str, Any]:
+    """`grade --json`: one trace, its runs in start order, each with where it came from and
+    whether its grade is the one the store kept."""
     return {
-        "trace_id": trace.trace_id,
+        "trace_id": graded.trace.trace_id,
         "runs": [
             {
-                "agent": run.agent,
-                "span_id": run.span_id,
-                "task": run.task,
-                "final_answer": run.final_answer,
-                "content_captured": run.content_captured,
-                "result": result.to_dict(),
+                "agent": g.run.agent,
+                "span_id": g.run.span_id,
+                "task": g.run.task,
+                "final_answer": g.run.final_answer,
+                "content_captured": g.run.content_captured,
+                "stored_grade": g.stored,
+                "result": g.result.to_dict(),
             }
-            for run, result in zip(trace.runs, results, strict=True)
+            for g in graded.runs
         ],
     }
 
 
-def trace_block(trace: Any, results: Sequence[CheckResult]) -> str:
+def trace_block(graded: GradedTrace) -> str:
     """One trace for a terminal; a run with no tool calls says which dialects were seen, and a
     trace that captured no content says so and which setting captures it: without content a
     returned error is invisible, and a clean grade would look like more than it is."""
+    trace = graded.trace
+    results = graded.results
     lines = [click.style(f"trace {trace.trace_id}", bold=True)]
-    for run, result in zip(trace.runs, results, strict=True):
-        title = f"  run {run.agent or '(no agent name)'}"
-        lines.append(run_block(title, run, result, indent=""))
+    for g in graded.runs:
+        title = f"  run {g.run.agent or '(no agent name)'}"
+        if g.stored:
+            title += "  (the grade the sidecar stored)"
+        lines.append(run_block(title, g.run, g.result, indent=""))
     if not any(result.findings for result in results):
         seen = ", ".join(trace.dialects) or "none"
         lines.append(f"  note: no tool call recognised in this trace; span dialects seen: {seen}")

@@ -46,7 +46,9 @@ def test_grade_json_has_traces_runs_and_span_ids(runner: CliRunner) -> None:
     [trace] = data["traces"]
     assert len(trace["trace_id"]) == 32
     [run] = trace["runs"]
-    assert set(run) == {"agent", "span_id", "task", "final_answer", "result"}
+    assert set(run) == {"agent", "span_id", "task", "final_answer", "content_captured",
+                        "stored_grade", "result"}
+    assert run["content_captured"] is True
     assert len(run["span_id"]) == 16
     for finding in run["result"]["findings"]:
         assert len(finding["metadata"]["span_id"]) == 16
@@ -103,6 +105,18 @@ def test_a_trace_with_no_tool_call_says_which_dialects_were_seen(runner: CliRunn
     result = runner.invoke(main, ["grade", "--file", str(path)])
     assert result.exit_code == 0, result.output
     assert "no tool call recognised" in result.output and "genai" in result.output
+
+
+def test_a_trace_without_content_says_so_and_which_setting_captures_it(runner: CliRunner) -> None:
+    trace = str(TRACES / "openai_v2_nocontent__retry.json")
+    text = runner.invoke(main, ["grade", "--file", trace])
+    assert text.exit_code == 0, text.output
+    note = next(line for line in text.output.splitlines() if "no content captured" in line)
+    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only" in note
+    data = json.loads(runner.invoke(main, ["grade", "--json", "--file", trace]).output)
+    assert [r["content_captured"] for r in data["traces"][0]["runs"]] == [False]
+    full = runner.invoke(main, ["grade", "--file", str(TRACES / "openai_v2_latest__retry.json")])
+    assert "no content captured" not in full.output
 
 
 def test_export_sends_grade_spans_log_events_and_metrics(runner: CliRunner) -> None:

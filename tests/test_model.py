@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from attest_otel.errors import InputError
-from attest_otel.model import output_text, read_runs, run_from_dict, run_to_dict
+from attest_otel.model import output_text, read_runs, run_from_dict, run_to_dict, unknown_keys
 
 EXAMPLES = Path(__file__).parents[1] / "examples" / "runs"
 
@@ -49,6 +49,19 @@ def test_a_run_written_back_reads_the_same() -> None:
         [run] = read_runs(path)
         assert run_from_dict(run_to_dict(run)) == run, path.name
         assert run_to_dict(run)["steps"] == data["steps"], path.name
+
+
+def test_content_captured_is_written_only_when_false_and_reads_back() -> None:
+    captured = run_from_dict({"task": "t"})
+    assert captured.content_captured is True
+    assert "content_captured" not in run_to_dict(captured)  # attest's run files stay as they were
+    blind = run_from_dict({"task": "", "content_captured": False})
+    assert blind.content_captured is False
+    assert run_to_dict(blind)["content_captured"] is False
+    assert run_from_dict(run_to_dict(blind)) == blind
+    assert unknown_keys({"content_captured": False}) == []
+    with pytest.raises(InputError, match="content_captured"):
+        run_from_dict({"content_captured": "no"})
 
 
 def test_non_string_outputs_are_compact_json() -> None:

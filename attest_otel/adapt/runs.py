@@ -275,7 +275,7 @@ class _Trace:
         if (
             generic
             and not any(n.role is Role.AGENT for n in nodes.values())
-            and False and read_decorated(nodes.values(), self.logs)
+            and read_decorated(nodes.values(), self.logs)
             and GENERIC.name not in dialects
         ):
             dialects.append(GENERIC.name)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-log = logging.getLogger(__name__)
+import grpc
+from google.protobuf import json_format  # type: ignore[import-untyped]
+
+from attest_otel._proto.attest_otel.v1 import grader_pb2, result_pb2
+from attest_otel.errors import InputError
+from attest_otel.ingest.decode import decode_bytes
+from attest_otel.model import run_from_dict, run_to_dict
+from attest_otel.pipeline import Reading, grade_traces
 
 
 class GraderApi:
@@ -16,13 +22,6 @@ class GraderApi:
         self.service = service
 
     def GradeRun(self, request: Any, context: Any) -> Any:
-        import grpc
-        from google.protobuf import json_format  # type: ignore[import-untyped]
-
-        from attest_otel._proto.attest_otel.v1 import result_pb2
-        from attest_otel.errors import InputError
-        from attest_otel.model import run_from_dict
-
         data = json_format.MessageToDict(request, preserving_proto_field_name=True)
         try:
             run = run_from_dict(data)
@@ -37,13 +36,6 @@ class GraderApi:
                                      ignore_unknown_fields=True)
 
     def GradeTrace(self, request: Any, context: Any) -> Any:
-        import grpc
-        from google.protobuf import json_format
-
-        from attest_otel._proto.attest_otel.v1 import grader_pb2, result_pb2
-        from attest_otel.model import run_to_dict
-        from attest_otel.store import graded_runs
-
         trace_id = request.trace_id.strip().lower()
         store = self.service.store
         if store is None:
@@ -53,16 +45,27 @@ class GraderApi:
         if stored is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"trace {trace_id} is not in the store")
             raise AssertionError("abort raises")
+        decoded = decode_bytes(stored.data, "application/x-protobuf",
+                               source=f"store trace {trace_id}")
+        policy = self.service.policy
+        graded = grade_traces(
+            decoded.spans,
+            decoded.logs,
+            Reading(policy) if policy is not None else None,
+            stored={g.span_id: g.result for g in stored.grades},
+        )
         response = grader_pb2.GradeTraceResponse(trace_id=trace_id)
-        for run, result, _from_store in graded_runs(stored, policy=self.service.policy):
-            response.runs.append(
-                grader_pb2.GradedRun(
-                    span_id=run.span_id or "",
-                    agent=run.agent or "",
-                    run=json_format.ParseDict(run_to_dict(run), result_pb2.Run(),
-                                              ignore_unknown_fields=True),
-                    result=json_format.ParseDict(result.to_dict(), result_pb2.CheckResult(),
-                                                 ignore_unknown_fields=True),
+        for trace in graded:
+            for one in trace.runs:
+                response.runs.append(
+                    grader_pb2.GradedRun(
+                        span_id=one.run.span_id or "",
+                        agent=one.run.agent or "",
+                        run=json_format.ParseDict(run_to_dict(one.run), result_pb2.Run(),
+                                                  ignore_unknown_fields=True),
+                        result=json_format.ParseDict(one.result.to_dict(),
+                                                     result_pb2.CheckResult(),
+                                                     ignore_unknown_fields=True),
+                    )
                 )
-            )
         return response

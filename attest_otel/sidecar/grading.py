@@ -19,8 +19,10 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from attest_otel.export.annotate import annotate_spans
 from attest_otel.export.results import ContentPolicy, set_content_policy
 from attest_otel.model import CheckResult, Run, Step, ToolCall
+from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.sidecar.buffer import HeldTrace
 from attest_otel.sidecar.config import ServiceConfig
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
@@ -144,18 +146,16 @@ class TraceGrader:
 def grade_decoded(
     request: Any, decoded: Any, policy: Any, grade_run: Callable[[Run], CheckResult]
 ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
-    """Runs of a decoded trace, graded and written into its spans; the annotated bytes."""
-    from attest_otel.adapt import runs_from_spans
-    from attest_otel.export.annotate import annotate_spans
-
+    """Runs of a decoded trace, graded (`pipeline`) and written into its spans; the
+    annotated bytes. The policy's declared dialects read the spans too."""
     by_id = {span.span_id: span.source for span in decoded.spans}
     now_ns = time.time_ns()
     graded: list[tuple[Run, CheckResult]] = []
-    for trace_runs in runs_from_spans(decoded.spans, decoded.logs, policy=policy):
-        for run in trace_runs.runs:
-            result = grade_run(run)
-            annotate_spans(by_id, run, result, now_ns=now_ns)
-            graded.append((run, result))
+    reading = Reading(policy) if policy is not None else None
+    for trace in grade_traces(decoded.spans, decoded.logs, reading, grade_run=grade_run):
+        for one in trace.runs:
+            annotate_spans(by_id, one.run, one.result, now_ns=now_ns)
+            graded.append((one.run, one.result))
     data: bytes = request.SerializeToString()
     return data, graded
 

@@ -87,10 +87,7 @@ def _status_only(run: dict[str, Any]) -> dict[str, Any]:
     return {**run, "task": "", "final_answer": None, "calls": calls, "verdict_offline": verdict}
 
 
-KNOWN_GAPS = {
-    "openlit_openai": "OpenLIT's @openlit.trace decorator spans (no role, Python-repr "
-    "function.kwargs, agent named only by the span) are not read yet: issue 10 stays open",
-}
+KNOWN_GAPS: dict[str, str] = {}
 """Fixture prefixes read wrong today, each with why. Strict: one that starts to pass fails,
 so the entry must go when the reader learns the framework."""
 
@@ -111,6 +108,8 @@ def test_fixture(label_path: Path) -> None:
         for run in runs:
             found = gaps(run, ["genai"])
             assert "task" in found.missing and "final answer" in found.missing, run.agent
+    # A run says whether its trace captured any content; the grader and the output rely on it.
+    assert [r.content_captured for r in runs] == [label.get("content") != "none"] * len(runs)
     assert [r.agent for r in runs] == [r["agent"] for r in expected_runs]
     for run, want in zip(runs, expected_runs, strict=True):
         who = f"run of {want['agent']}"

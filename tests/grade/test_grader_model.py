@@ -44,6 +44,27 @@ def test_check_tool_use_inside_using_makes_one_call_per_unrecovered_error(messag
     assert result.metadata == {"model": "claude-haiku-4-5", "model_calls": 2}
 
 
+def test_a_run_without_captured_content_asks_the_model_nothing(messages_server: MessagesServer) -> None:
+    messages_server.responder = verdict({"outcome": "acknowledged", "reason": "It says so."})
+    judge = AnthropicJudge(client_for(messages_server), cache=AnswerCache())
+    blind = Run(steps=[Step(ToolCall("charge_card", is_error=True, output_captured=False)),
+                       Step(ToolCall("lookup", output_captured=False))],
+                content_captured=False)
+    result = grader.grade(blind, judge=judge, appropriate=True)
+    assert messages_server.calls == 0
+    first = result.findings[0]
+    assert (first.verdict, first.metadata["recovery"]) == ("error_silent", "unchecked")
+    assert "no content captured" in first.reason
+    assert [f.metadata["appropriate"] for f in result.findings] == [None, None]
+    assert result.metadata["model_calls"] == 0
+    # The same calls with content captured do reach the model: the skip is the flag's doing.
+    seen = Run(task="Pay.", steps=[Step(ToolCall("charge_card", output="Error: declined")),
+                                   Step(ToolCall("lookup", output="fine"))],
+               final_answer="It failed.")
+    grader.grade(seen, judge=judge, appropriate=True)
+    assert messages_server.calls > 0
+
+
 def test_check_tool_use_outside_using_makes_no_call(messages_server: MessagesServer) -> None:
     result = check_tool_use(two_unrecovered_errors())
     assert messages_server.calls == 0

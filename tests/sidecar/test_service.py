@@ -90,12 +90,12 @@ def test_start_feed_one_trace_shutdown_leaves_no_threads(
 def test_a_trace_that_cannot_be_graded_is_forwarded_as_it_came(
     tmp_path: Path, downstream: Downstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import attest_otel.adapt
+    import attest_otel.pipeline
 
     def broken(*_a: Any, **_k: Any) -> Any:
         raise RuntimeError("adapter bug")
 
-    monkeypatch.setattr(attest_otel.adapt, "runs_from_spans", broken)
+    monkeypatch.setattr(attest_otel.pipeline, "runs_from_spans", broken)
     service = build_service(_config(tmp_path, downstream))
     service.start()
     data, _ = _agent_request()

@@ -1,0 +1,141 @@
+"""Spans to graded traces: the one grading loop every caller uses.
+
+    spans (+ log records) ──► read: runs per trace (adapt, the policy, declared dialects)
+                          ──► grade: each run by the rules, with a judge when one is given,
+                              or the grade the store kept for it
+
+`grade --file`, `grade --trace-id`, `grade --since`, the sidecar and the Grader API all come
+through `grade_traces`, and `inspect` through `read`, so the same spans grade the same way
+wherever they are read from. A stored grade is reused only when the reading is the one it was
+made with: one-off overrides (`--allowed-tools`, `--fallback`) always grade again, and every
+reused grade says so (`GradedRun.stored`), so the output can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attest_otel.adapt import TraceRuns, runs_from_spans
+from attest_otel.config import Policy
+from attest_otel.grade.grader import grade
+from attest_otel.grade.questions import Judge
+from attest_otel.ingest.decode import decode_file, hydrate
+from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import CheckResult, Finding, Run
+
+__all__ = ["GradedRun", "GradedTrace", "Reading", "grade_traces", "read", "read_file"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How spans are read into runs: the policy (and its declared dialects), and the one-off
+    overrides that win over it and over the spans' own policy attributes."""
+
+    policy: Policy = field(default_factory=Policy.empty)
+    allowed_tools: list[str] | None = None
+    fallbacks: dict[str, list[str]] | None = None
+
+    @property
+    def overridden(self) -> bool:
+        return self.allowed_tools is not None or bool(self.fallbacks)
+
+
+@dataclass(slots=True)
+class GradedRun:
+    run: Run
+    result: CheckResult
+    stored: bool = False
+    """The grade is the one the store kept (made when the sidecar graded the run)."""
+
+
+@dataclass(slots=True)
+class GradedTrace:
+    trace: TraceRuns
+    runs: list[GradedRun]
+
+    @property
+    def results(self) -> list[CheckResult]:
+        return [g.result for g in self.runs]
+
+
+def read(
+    spans: Sequence[Span],
+    logs: Sequence[LogRecord] = (),
+    reading: Reading | None = None,
+    *,
+    explain: bool = False,
+) -> list[TraceRuns]:
+    """The runs of every trace in `spans`, read as `reading` says."""
+    how = reading or Reading()
+    return runs_from_spans(
+        spans,
+        logs,
+        policy=how.policy,
+        allowed_tools=how.allowed_tools,
+        fallbacks=how.fallbacks or None,
+        dialects=how.policy.dialects,
+        hydrate=hydrate,
+        explain=explain,
+    )
+
+
+def read_file(path: str | Path, reading: Reading | None = None) -> list[TraceRuns]:
+    """`read` over an OTLP file (JSON lines or protobuf, gzip or not), with its log records."""
+    decoded = decode_file(path)
+    return read(decoded.spans, decoded.logs, reading)
+
+
+def grade_traces(
+    spans: Sequence[Span],
+    logs: Sequence[LogRecord] = (),
+    reading: Reading | None = None,
+    *,
+    judge: Judge | None = None,
+    appropriate: bool = False,
+    grade_run: Callable[[Run], CheckResult] | None = None,
+    stored: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[GradedTrace]:
+    """Every run of every trace, graded.
+
+    `grade_run` replaces the plain `grade(run, judge=judge)` (the sidecar's model gate decides
+    per run); `stored` holds CheckResult dicts by the run's agent span id, which are reused
+    unless `reading` overrides the policy. A stored dict that does not parse (a grade from
+    another version) is graded again.
+    """
+    how = reading or Reading()
+    keep = stored if stored and not how.overridden else {}
+
+    def fresh(run: Run) -> CheckResult:
+        if grade_run is not None:
+            return grade_run(run)
+        return grade(run, judge=judge, appropriate=appropriate)
+
+    out: list[GradedTrace] = []
+    for trace in read(spans, logs, how):
+        graded: list[GradedRun] = []
+        for run in trace.runs:
+            kept = result_from_dict(keep.get(run.span_id or ""))
+            graded.append(GradedRun(run, kept, True) if kept else GradedRun(run, fresh(run)))
+        out.append(GradedTrace(trace, graded))
+    return out
+
+
+def result_from_dict(data: Mapping[str, Any] | None) -> CheckResult | None:
+    """A CheckResult from its JSON (`CheckResult.to_dict`); None if it is not one."""
+    if data is None:
+        return None
+    try:
+        return CheckResult(
+            check=data["check"],
+            passed=data["passed"],
+            verdict=data["verdict"],
+            score=data["score"],
+            summary=data["summary"],
+            findings=[Finding(**f) for f in data.get("findings", [])],
+            metadata=dict(data.get("metadata") or {}),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
