@@ -27,8 +27,6 @@ key path and line, so a user fixes a file in one pass instead of one error per r
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from attest_otel.adapt.span_policy import from_span
 from attest_otel.errors import PolicyError
 
 if TYPE_CHECKING:
@@ -48,8 +47,6 @@ __all__ = [
     "AgentPolicy",
     "Policy",
     "load_policy",
-    "parse_fallbacks_value",
-    "parse_tools_value",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,6 +94,16 @@ class Policy:
         if fallback is not None:
             return fallback
         return AgentPolicy()
+
+    def resolve(
+        self,
+        agent: str | None,
+        on_span: tuple[Any, Any],
+        allowed_override: list[str] | None,
+        fallbacks_override: dict[str, list[str]] | None,
+    ) -> tuple[list[str] | None, dict[str, list[str]]]:
+        """`resolve_policy` for this policy: what the run assembler asks of a policy."""
+        return resolve_policy(self, agent, on_span, allowed_override, fallbacks_override)
 
 
 def load_policy(path: str | Path) -> Policy:
@@ -300,78 +307,6 @@ def _kind(node: Node) -> str:
 # --- the same settings carried on a span ----------------------------------------------------
 
 
-def parse_tools_value(value: Any) -> list[str] | None:
-    """`attest.allowed_tools` as a span gives it: a string array, or a JSON string of one.
-
-    Anything else is ignored (logged), because a bad attribute on one span must not stop
-    grading the others; the policy file is where strictness belongs.
-    """
-    if isinstance(value, str) and len(value) <= CACHED_TEXT_CHARS:
-        cached = _tools_from_text(value)
-        return None if cached is None else list(cached)
-    return _parse_tools(value)
-
-
-CACHED_TEXT_CHARS = 65_536
-"""Attribute texts longer than this are parsed each time, not cached: a process-wide cache of
-256 texts must not pin 256 hostile multi-megabyte strings."""
-
-
-@functools.lru_cache(maxsize=256)
-def _tools_from_text(value: str) -> tuple[str, ...] | None:
-    """Cached: every run of an agent carries the same attribute text."""
-    tools = _parse_tools(value)
-    return None if tools is None else tuple(tools)
-
-
-def _parse_tools(value: Any) -> list[str] | None:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except (ValueError, RecursionError):
-            log.debug("attest.allowed_tools is not JSON: %.80r", value)
-            return None
-    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-        return list(value)
-    log.debug("attest.allowed_tools is not a list of strings: %.80r", value)
-    return None
-
-
-def parse_fallbacks_value(value: Any) -> dict[str, list[str]] | None:
-    """`attest.tool_fallbacks` as a span gives it: a JSON object string (or a decoded map)."""
-    if isinstance(value, str) and len(value) <= CACHED_TEXT_CHARS:
-        cached = _fallbacks_from_text(value)
-        return None if cached is None else {k: list(v) for k, v in cached}
-    return _parse_fallbacks(value)
-
-
-@functools.lru_cache(maxsize=256)
-def _fallbacks_from_text(value: str) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
-    found = _parse_fallbacks(value)
-    return None if found is None else tuple((k, tuple(v)) for k, v in found.items())
-
-
-def _parse_fallbacks(value: Any) -> dict[str, list[str]] | None:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except (ValueError, RecursionError):
-            log.debug("attest.tool_fallbacks is not JSON: %.80r", value)
-            return None
-    if not isinstance(value, dict):
-        log.debug("attest.tool_fallbacks is not an object: %.80r", value)
-        return None
-    out: dict[str, list[str]] = {}
-    for tool, alts in value.items():
-        if isinstance(alts, str):
-            alts = [alts]
-        if not isinstance(tool, str) or not isinstance(alts, list | tuple):
-            log.debug("attest.tool_fallbacks entry ignored: %.80r", (tool, alts))
-            continue
-        out[tool] = [a for a in alts if isinstance(a, str)]
-    return out
-
-
 def resolve_policy(
     policy: Policy,
     agent: str | None,
@@ -388,11 +323,7 @@ def resolve_policy(
     allowed = None if entry.allowed_tools is None else list(entry.allowed_tools)
     fallbacks = {tool: list(alts) for tool, alts in entry.tool_fallbacks.items()}
     if entry.entry is None:
-        raw_allowed, raw_fallbacks = on_span
-        if raw_allowed is not None:
-            allowed = parse_tools_value(raw_allowed)
-        if raw_fallbacks is not None:
-            fallbacks = parse_fallbacks_value(raw_fallbacks) or {}
+        return from_span(on_span, allowed_override, fallbacks_override)
     if allowed_override is not None:
         allowed = list(allowed_override)
     if fallbacks_override is not None:

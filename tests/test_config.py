@@ -6,14 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from attest_otel.config import (
-    AgentPolicy,
-    Policy,
-    load_policy,
-    parse_fallbacks_value,
-    parse_policy,
-    parse_tools_value,
-)
+from attest_otel.adapt.span_policy import parse_fallbacks_value, parse_tools_value
+from attest_otel.config import AgentPolicy, Policy, load_policy, parse_policy
 from attest_otel.errors import InputError, PolicyError
 
 EXAMPLE = """\

@@ -27,10 +27,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from attest_otel.adapt import runs_from_file
-from attest_otel.config import AgentPolicy, Policy
 from attest_otel.grade import grader, rules
 from attest_otel.model import Run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.fixtures.labels import rebuild
 
 TRACES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "traces"
 
@@ -39,26 +40,8 @@ DIALECTS: tuple[Any, ...] = ()
 """Declared dialects (`--dialects`), passed to every rebuild."""
 
 
-def _rebuild(trace: Path, label: dict[str, Any]) -> list[Run]:
-    kwargs: dict[str, Any] = {"dialects": DIALECTS}
-    carries = label.get("policy_source") == "agent_span_attributes" or "policy_attributes" in label
-    if not carries:
-        per_run = [r for r in label["runs"] if "policy" in r]
-        if per_run and len(per_run) == len(label["runs"]):
-            kwargs["policy"] = Policy(
-                {
-                    r["agent"]: AgentPolicy(
-                        r["policy"].get("allowed_tools"),
-                        r["policy"].get("tool_fallbacks") or {},
-                        r["agent"],
-                    )
-                    for r in per_run
-                }
-            )
-        else:
-            kwargs["allowed_tools"] = label["policy"].get("allowed_tools")
-            kwargs["fallbacks"] = label["policy"].get("tool_fallbacks") or None
-    return [run for t in runs_from_file(trace, **kwargs) for run in t.runs]
+def _rebuild(label_path: Path, label: dict[str, Any]) -> list[Run]:
+    return rebuild(label_path, label, DIALECTS)
 
 
 def _match(runs: list[Run], want: list[dict[str, Any]]) -> list[Run | None]:
@@ -76,11 +59,10 @@ def _match(runs: list[Run], want: list[dict[str, Any]]) -> list[Run | None]:
 
 def score(label_path: Path) -> tuple[dict[str, int], list[str]]:
     label = json.loads(label_path.read_text(encoding="utf-8"))
-    trace = label_path.with_name(label_path.name.replace(".labels.json", ".json"))
     s: dict[str, int] = defaultdict(int)
     notes: list[str] = []
     try:
-        runs = _rebuild(trace, label)
+        runs = _rebuild(label_path, label)
     except Exception as exc:  # a measurement: a crash scores zero and is reported
         runs = []
         notes.append(f"crashed: {exc!r:.120}")

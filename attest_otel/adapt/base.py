@@ -111,6 +111,20 @@ class ToolInfo:
     error_text: str | None = None
 
 
+class PolicyBook(Protocol):
+    """What the run assembler asks of a policy (`config.Policy` is one): a run's allowed
+    tools and fallbacks, from its agent name, the raw `attest.*` values on its agent span
+    and the one-off overrides. The order of who wins is the policy's business."""
+
+    def resolve(
+        self,
+        agent: str | None,
+        on_span: tuple[Any, Any],
+        allowed_override: list[str] | None,
+        fallbacks_override: dict[str, list[str]] | None,
+    ) -> tuple[list[str] | None, dict[str, list[str]]]: ...
+
+
 @runtime_checkable
 class Dialect(Protocol):
     """One span dialect. `detect` must be cheap: a few dict lookups, no scans, no parsing."""

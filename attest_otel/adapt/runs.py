@@ -22,11 +22,19 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from attest_otel.adapt import guard
-from attest_otel.adapt.base import ANSWER, SYSTEM, TASK, TOOLS, Dialect, Role, ToolInfo
+from attest_otel.adapt.base import (
+    ANSWER,
+    SYSTEM,
+    TASK,
+    TOOLS,
+    Dialect,
+    PolicyBook,
+    Role,
+    ToolInfo,
+)
 from attest_otel.adapt.decorated import read_decorated
 from attest_otel.adapt.detect import detect
 from attest_otel.adapt.explain import SpanReading, readings
@@ -41,12 +49,12 @@ from attest_otel.adapt.matching import (
     model_calls,
     to_tool_call,
 )
+from attest_otel.adapt.span_policy import from_span
 from attest_otel.adapt.tree import CALLS, Node, RunBuild, depths, run_builds, up
-from attest_otel.config import Policy, resolve_policy
 from attest_otel.ingest.span import LogRecord, Span
 from attest_otel.model import Run, Step
 
-__all__ = ["TraceRuns", "runs_from_file", "runs_from_spans"]
+__all__ = ["TraceRuns", "runs_from_spans"]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +76,7 @@ def runs_from_spans(
     spans: Sequence[Span],
     logs: Sequence[LogRecord] = (),
     *,
-    policy: Policy | None = None,
+    policy: PolicyBook | None = None,
     allowed_tools: list[str] | None = None,
     fallbacks: dict[str, list[str]] | None = None,
     dialects: Sequence[Dialect] = (),
@@ -91,7 +99,7 @@ def runs_from_spans(
         if record.span_id:
             span_logs.setdefault((record.trace_id, record.span_id), []).append(record)
     settings = _Settings(
-        policy or Policy.empty(), allowed_tools, fallbacks or None, tuple(dialects), hydrate,
+        policy, allowed_tools, fallbacks or None, tuple(dialects), hydrate,
         explain,
     )
     return [_build(tid, tspans, span_logs, settings) for tid, tspans in traces.items()]
@@ -113,37 +121,10 @@ def _build(
     return TraceRuns(trace_id, [], [], {guard.ADAPTER_ERRORS: 1})
 
 
-def runs_from_file(
-    path: str | Path,
-    *,
-    policy: Policy | None = None,
-    allowed_tools: list[str] | None = None,
-    fallbacks: dict[str, list[str]] | None = None,
-    dialects: Sequence[Dialect] = (),
-    explain: bool = False,
-) -> list[TraceRuns]:
-    """`runs_from_spans` over an OTLP file (JSON lines or protobuf), with its log records."""
-    # Imported here: the decoders pull in protobuf, which callers that already hold spans
-    # (the sidecar, tests) do not need to load.
-    from attest_otel.ingest.decode import decode_file, hydrate
-
-    decoded = decode_file(path)
-    return runs_from_spans(
-        decoded.spans,
-        decoded.logs,
-        policy=policy,
-        allowed_tools=allowed_tools,
-        fallbacks=fallbacks,
-        dialects=dialects,
-        hydrate=hydrate,
-        explain=explain,
-    )
-
-
 
 @dataclass(slots=True)
 class _Settings:
-    policy: Policy
+    policy: PolicyBook | None
     allowed_tools: list[str] | None
     fallbacks: dict[str, list[str]] | None
     dialects: tuple[Dialect, ...] = ()
@@ -455,6 +436,9 @@ class _Trace:
         elif anchor is not None:
             attrs = anchor.span.attributes
             raw = attrs.get("attest.allowed_tools"), attrs.get("attest.tool_fallbacks")
-        run.allowed_tools, run.tool_fallbacks = resolve_policy(
-            s.policy, run.agent, raw, s.allowed_tools, s.fallbacks
-        )
+        if s.policy is None:
+            run.allowed_tools, run.tool_fallbacks = from_span(raw, s.allowed_tools, s.fallbacks)
+        else:
+            run.allowed_tools, run.tool_fallbacks = s.policy.resolve(
+                run.agent, raw, s.allowed_tools, s.fallbacks
+            )

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from attest_otel.adapt import Role, runs_from_file
+from attest_otel.adapt import Role
 from attest_otel.adapt.declared import DeclaredDialect
-from attest_otel.config import parse_policy
+from attest_otel.config import Policy, parse_policy
 from attest_otel.dialect_config import load_dialects, parse_dialects
 from attest_otel.errors import PolicyError
 from attest_otel.grade import grader
+from attest_otel.pipeline import Reading, read_file
 from tests.adapt import test_fixtures
 from tests.adapt.spans import Trace, calls, event, js, names
 
@@ -53,8 +54,8 @@ def test_an_existing_dialect_in_yaml_reads_its_fixture_as_the_module_does(
     yaml_file: str, path: Path, module: str
 ) -> None:
     declared = load_dialects(DIALECTS / yaml_file)
-    by_module = runs_from_file(path)
-    by_yaml = runs_from_file(path, dialects=declared)
+    by_module = read_file(path)
+    by_yaml = read_file(path, Reading(Policy(dialects=tuple(declared))))
     # The declared dialect claims every span the module read (asked first, it wins).
     assert any(module in t.dialects for t in by_module)
     assert not any(module in t.dialects for t in by_yaml)
@@ -82,7 +83,8 @@ def test_haystack_and_mlflow_grade_as_labelled_through_their_yaml(
 ) -> None:
     prefix = label_path.name.split("__")[0]
     trace = label_path.with_name(label_path.name.replace(".labels.json", ".json"))
-    traces = runs_from_file(trace, dialects=load_dialects(DIALECTS / f"{prefix}.yaml"))
+    declared = tuple(load_dialects(DIALECTS / f"{prefix}.yaml"))
+    traces = read_file(trace, Reading(Policy(dialects=declared)))
     assert [t.dialects for t in traces] == [[prefix]]  # no guessing by the generic reader
     monkeypatch.setitem(test_fixtures.DECLARED, prefix, f"{prefix}.yaml")
     test_fixtures.test_fixture(label_path)  # the labelled check, through the YAML dialect

@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 
-from attest_otel.adapt import runs_from_file
 from attest_otel.adapt.explain import gaps
-from attest_otel.config import AgentPolicy, Policy
 from attest_otel.dialect_config import load_dialects
 from attest_otel.grade import grader, rules
 from attest_otel.model import Run
+from tests.fixtures.labels import rebuild
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "traces"
 sys.path.insert(0, str(FIXTURES.parent / "gen"))
@@ -37,33 +36,10 @@ def _case_id(path: Path) -> str:
     return f"{framework} {scenario.replace('_', ' ')} rebuilds and grades as labelled"
 
 
-def _carries_policy(label: dict[str, Any]) -> bool:
-    return label.get("policy_source") == "agent_span_attributes" or "policy_attributes" in label
-
-
 def _rebuild(label_path: Path, label: dict[str, Any]) -> list[Run]:
-    trace = label_path.with_name(label_path.name.replace(".labels.json", ".json"))
-    kwargs: dict[str, Any] = {}
     declared = DECLARED.get(label_path.name.split("__")[0])
-    if declared is not None:
-        kwargs["dialects"] = load_dialects(DIALECT_FILES / declared)
-    if not _carries_policy(label):
-        per_run = [r for r in label["runs"] if "policy" in r]
-        if per_run and len(per_run) == len(label["runs"]):
-            kwargs["policy"] = Policy(
-                {
-                    r["agent"]: AgentPolicy(
-                        r["policy"].get("allowed_tools"),
-                        r["policy"].get("tool_fallbacks") or {},
-                        r["agent"],
-                    )
-                    for r in per_run
-                }
-            )
-        else:
-            kwargs["allowed_tools"] = label["policy"].get("allowed_tools")
-            kwargs["fallbacks"] = label["policy"].get("tool_fallbacks") or None
-    return [run for t in runs_from_file(trace, **kwargs) for run in t.runs]
+    dialects = load_dialects(DIALECT_FILES / declared) if declared is not None else ()
+    return rebuild(label_path, label, dialects)
 
 
 def test_the_labelled_fixtures_are_there() -> None:

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from attest_otel.adapt import runs_from_file, runs_from_spans
+from attest_otel.adapt import runs_from_spans
 from attest_otel.config import AgentPolicy, Policy
 from attest_otel.ingest.decode import decode_file
 from attest_otel.ingest.span import Span
+from attest_otel.pipeline import read_file
 from tests.adapt.spans import Trace, calls, event, js, names
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "traces"
@@ -430,11 +431,11 @@ def test_no_policy_anywhere_allows_every_tool() -> None:
 # --- files ----------------------------------------------------------------------------------
 
 
-def test_runs_from_file_is_decode_then_runs_from_spans() -> None:
+def test_read_file_is_decode_then_runs_from_spans() -> None:
     path = FIXTURES / "vercel__retry.json"
     decoded = decode_file(path)
     expected = runs_from_spans(decoded.spans, decoded.logs)
-    got = runs_from_file(path)
+    got = read_file(path)
     assert [(t.trace_id, t.dialects, [names(r) for r in t.runs]) for t in got] == [
         (t.trace_id, t.dialects, [names(r) for r in t.runs]) for t in expected
     ]
