@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -26,7 +27,7 @@ from typing import Any
 
 from attest_otel.errors import SourceError
 
-__all__ = ["StoreWriter", "StoredGrade", "StoredTrace", "TraceStore"]
+__all__ = ["StoreWriter", "StoredGrade", "StoredTrace", "TraceStore", "default_store_path"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,13 @@ class StoredTrace:
     first_ns: int
     updated_ns: int
     grades: tuple[StoredGrade, ...]
+
+
+def default_store_path() -> Path:
+    """`$XDG_DATA_HOME/attest-otel/store.db`, else `~/.local/share/attest-otel/store.db`."""
+    base = os.environ.get("XDG_DATA_HOME", "").strip()
+    root = Path(base) if base else Path.home() / ".local" / "share"
+    return root / "attest-otel" / "store.db"
 
 
 class TraceStore:
@@ -233,6 +241,39 @@ class TraceStore:
                 )
             )
         return StoredTrace(row[0], bytes(row[1]), row[2], row[3], row[4], grades)
+
+    def trace_ids_since(self, since_ns: int) -> list[str]:
+        """Traces that received spans at or after `since_ns` (epoch ns), oldest first
+        (`grade --since`)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT trace_id FROM traces WHERE updated_ns >= ? ORDER BY updated_ns, trace_id",
+                (since_ns,),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def grades_since(self, since_ns: int | None = None) -> list[StoredGrade]:
+        """Grades made at or after `since_ns` (all when None), oldest first (`report`).
+
+        A row whose JSON does not parse is skipped: one bad row must not hide a week of
+        grades from the report.
+        """
+        out: list[StoredGrade] = []
+        with self._lock:
+            cursor = self._db.execute(
+                "SELECT trace_id, span_id, agent, graded_ns, result FROM grades"
+                " WHERE graded_ns >= ? ORDER BY graded_ns, trace_id, span_id",
+                (since_ns if since_ns is not None else -(2**63),),
+            )
+            for trace_id, span_id, agent, graded_ns, text in cursor:
+                try:
+                    result = json.loads(text)
+                except (TypeError, ValueError):
+                    continue
+                if isinstance(result, dict):
+                    out.append(StoredGrade(str(trace_id), str(span_id), agent, int(graded_ns),
+                                           result))
+        return out
 
     def trace_ids(self, limit: int = 100) -> list[str]:
         """The most recently updated trace ids, newest first."""
