@@ -8,7 +8,7 @@ The public API lives in its modules, imported from there:
 
     from attest_otel.export.annotate import annotate_spans
     from attest_otel.export.telemetry import Telemetry, build_telemetry
-    from attest_otel.export.report import ExportReport, SignalReport
+    from attest_otel.export.delivery import ExportReport, SignalReport
 
 Nothing is imported here on purpose: the receivers import `export.forward`, and importing
 this package must not drag the OTel SDK's trace, log and metric pipelines in with it.

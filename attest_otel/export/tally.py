@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from attest_otel.export.prometheus import count_points
-from attest_otel.export.report import SignalReport
+from attest_otel.export.delivery import SignalReport
 
 __all__ = [
     "CountingLogExporter",

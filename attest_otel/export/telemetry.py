@@ -45,12 +45,13 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Tracer
 
 from attest_otel import semconv
+from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.errors import UsageError
 from attest_otel.export.grade_span import emit_grade_span
 from attest_otel.export.log_events import emit_log_events
 from attest_otel.export.metrics import DEFAULT_LABEL_CAP, ToolUseMetrics, metric_views
 from attest_otel.export.prometheus import PrometheusEndpoint, start_prometheus
-from attest_otel.export.report import ENCODE_SIGNAL, ExportReport, SignalReport
+from attest_otel.export.delivery import ENCODE_SIGNAL, ExportReport, SignalReport
 from attest_otel.export.tally import (
     CountingLogExporter,
     CountingMetricExporter,
@@ -241,6 +242,8 @@ class Telemetry:
     metrics: ToolUseMetrics | None = None
     prometheus: PrometheusEndpoint | None = None
     tallies: dict[str, Tally] = field(default_factory=dict)
+    content: ContentPolicy = KEEP
+    """What of a run's content the grade span and log events carry."""
     _emit_errors: Tally = field(
         init=False, default_factory=lambda: Tally(ENCODE_SIGNAL, "", "graded run")
     )
@@ -269,7 +272,7 @@ class Telemetry:
             tally = self.tallies["traces"]
 
             def span() -> None:
-                emit_grade_span(tracer, run, result, now_ns=now)
+                emit_grade_span(tracer, run, result, now_ns=now, content=self.content)
                 tally.add_emitted(1)
 
             self._guard("grade span", span)
@@ -278,7 +281,8 @@ class Telemetry:
             log_tally = self.tallies["logs"]
 
             def logs() -> None:
-                log_tally.add_emitted(emit_log_events(logger, run, result, now_ns=now))
+                log_tally.add_emitted(emit_log_events(logger, run, result, now_ns=now,
+                                                     content=self.content))
 
             self._guard("log events", logs)
         if self.metrics is not None:
@@ -390,6 +394,7 @@ def build_telemetry(
     label_cap: int = DEFAULT_LABEL_CAP,
     timeout_s: float = 5.0,
     headers: Mapping[str, str] | None = None,
+    content: ContentPolicy = KEEP,
 ) -> Telemetry:
     """Builds the outputs that are turned on.
 
@@ -405,13 +410,14 @@ def build_telemetry(
         label_cap: distinct tool / agent names kept per metric label.
         timeout_s: per export request, retries included; also bounds flush and shutdown.
         headers: OTLP headers; None reads OTEL_EXPORTER_OTLP_<SIGNAL>_HEADERS / _HEADERS.
+        content: what of a run's content the grade span and log events carry.
     """
     if timeout_s <= 0:
         raise UsageError(f"export timeout must be positive, got {timeout_s}")
     if label_cap < 1:
         raise UsageError(f"metric label cap must be at least 1, got {label_cap}")
     resource = default_resource()
-    telemetry = Telemetry(timeout_s=timeout_s, resource=resource)
+    telemetry = Telemetry(timeout_s=timeout_s, resource=resource, content=content)
     if (_env("OTEL_SDK_DISABLED") or "").lower() == "true":
         # The SDK would accept our grades and silently drop them, which a flush would then
         # report as lost; say once that nothing goes out, and build nothing.

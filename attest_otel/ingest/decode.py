@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import logging
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from os import PathLike
@@ -48,6 +47,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from attest_otel.errors import InputError
 from attest_otel.ingest import otlp_json, otlp_proto
 from attest_otel.ingest.candidate import is_genai_candidate
+from attest_otel.ingest.gzip import GZIP_MAGIC, gunzip
 from attest_otel.ingest.otlp_common import MalformedOTLP
 from attest_otel.ingest.sanitize import (
     DEFAULT_MAX_ATTRIBUTE_CHARS,
@@ -67,15 +67,12 @@ DEFAULT_MAX_INFLATED_BYTES = 256 * 1024 * 1024
 CONTENT_TYPE_PROTOBUF = "application/x-protobuf"
 CONTENT_TYPE_JSON = "application/json"
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _WHITESPACE_BYTES = frozenset(b" \t\r\n")
 _JSON_WHITESPACE = " \t\r\n"
 _TRACE_KEYS = ("resourceSpans", "resource_spans")
 _LOG_KEYS = ("resourceLogs", "resource_logs")
 _SKIPPED_KEYS = ("resourceMetrics", "resource_metrics", "resourceProfiles", "resource_profiles")
 _decoder = json.JSONDecoder()
-_GZIP_FIRST_READ = 1024
-_GZIP_MAX_READ = 1024 * 1024
 _WALKER_ERRORS = (
     AttributeError,
     IndexError,
@@ -175,8 +172,8 @@ def decode_bytes(
     input in error messages. Strings longer than `max_attribute_chars` are cut with a marker
     (None or 0: no limit)."""
     data = bytes(data)  # memoryview / bytearray from a receiver
-    if data[:2] == _GZIP_MAGIC:
-        data = _gunzip(data, source, max_inflated_bytes)
+    if data[:2] == GZIP_MAGIC:
+        data = gunzip(data, source, max_inflated_bytes)
     out = Decoded()
     encoding = _encoding(content_type)
     if encoding is None:
@@ -296,51 +293,6 @@ def _walker_failed(source: str, line: int | None, where: str, exc: Exception) ->
         exc_info=exc,
     )
     return InputError(source, f"{where}malformed OTLP ({type(exc).__name__}: {exc})", line=line)
-
-
-# -- gzip -------------------------------------------------------------------------------------
-
-
-def _gunzip(data: bytes, source: str, limit: int) -> bytes:
-    """Inflate every gzip member of `data`, refusing to produce more than `limit` bytes.
-
-    Input is fed in growing slices (1 KiB, doubling to 1 MiB per member): zlib copies what
-    follows the end of a member, so feeding all the rest to each member would make many tiny
-    members (a cheap hostile body) cost quadratic time.
-    """
-    parts: list[bytes] = []
-    total = 0
-    pos, size = 0, len(data)
-    view = memoryview(data)
-    while pos < size:
-        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        read = _GZIP_FIRST_READ
-        while not inflater.eof:
-            piece = view[pos : pos + read]
-            if not piece:
-                raise InputError(source, "truncated gzip data")
-            try:
-                chunk = inflater.decompress(piece, limit - total + 1)
-            except zlib.error as exc:
-                raise InputError(source, f"invalid gzip data: {exc}") from None
-            total += len(chunk)
-            if total > limit:
-                raise InputError(
-                    source, f"gzip data inflates to more than {limit} bytes (max_inflated_bytes)"
-                )
-            if chunk:
-                parts.append(chunk)
-            # Under the output bound, zlib takes the whole slice: all of it, or up to the end
-            # of the member (the rest is `unused_data`).
-            pos += len(piece) - len(inflater.unused_data)
-            read = min(read * 2, _GZIP_MAX_READ)
-        if data[pos : pos + 2] != _GZIP_MAGIC:
-            if data[pos:].strip(b"\x00"):
-                raise InputError(source, "unexpected bytes after the gzip data")
-            break
-    if len(parts) == 1:
-        return parts[0]
-    return b"".join(parts)
 
 
 # -- JSON -------------------------------------------------------------------------------------

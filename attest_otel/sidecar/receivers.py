@@ -35,7 +35,6 @@ import logging
 import socket
 import ssl
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -43,7 +42,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
-from attest_otel.errors import ListenError
+from attest_otel.errors import InputError, ListenError
+from attest_otel.ingest.gzip import InflatesTooFar, gunzip
 from attest_otel.sidecar.config import parse_host_port
 from attest_otel.sidecar.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
 
@@ -511,15 +511,15 @@ class _Handler(BaseHTTPRequestHandler):
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding == "gzip":
             try:
-                body = _gunzip(body, limit)
-            except _TooLarge:
+                body = gunzip(body, "request body", limit)
+            except InflatesTooFar:
                 receiver.count_rejection("too_large")
                 self._status(413, _CODE_RESOURCE_EXHAUSTED,
                              f"body inflates to more than {limit} bytes", is_json)
                 return
-            except ValueError as e:
+            except InputError as e:
                 receiver.count_rejection("malformed")
-                self._status(400, _CODE_INVALID_ARGUMENT, str(e), is_json)
+                self._status(400, _CODE_INVALID_ARGUMENT, e.problem, is_json)
                 return
         elif encoding != "identity":
             receiver.count_rejection("unsupported_media_type")
@@ -597,31 +597,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _gunzip(data: bytes, limit: int) -> bytes:
-    """Inflates every gzip member, refusing to produce more than `limit` bytes."""
-    out: list[bytes] = []
-    total = 0
-    rest = data
-    while rest:
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            chunk = inflater.decompress(rest, limit - total + 1)
-        except zlib.error as e:
-            raise ValueError(f"invalid gzip body: {e}") from None
-        total += len(chunk)
-        if total > limit:
-            raise _TooLarge
-        if not inflater.eof:
-            raise ValueError("truncated gzip body")
-        out.append(chunk)
-        rest = inflater.unused_data
-    return b"".join(out)
 
 
 class HttpReceiver:

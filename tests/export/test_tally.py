@@ -9,7 +9,7 @@ import grpc
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from attest_otel.export.report import ExportReport, SignalReport
+from attest_otel.export.delivery import ExportReport, SignalReport
 from attest_otel.export.tally import (
     CountingSpanExporter,
     Tally,
