@@ -1,33 +1,70 @@
 """Errors attest-otel raises on purpose, and the exit code each one means.
 
-    AttestOtelError                 exit 2 unless a subclass says otherwise
-    ├── UsageError                  a flag or combination the command cannot honour
-    ├── InputError                  a file (and line) we cannot read: run files, OTLP, policy
-    │   └── PolicyError             a policy or config file with every problem listed
-    ├── SourceError                 a trace source (store, Jaeger, Tempo...) failed or lacks the id
-    ├── ModelError                  a model call failed; the grader turns it into `unchecked`
-    ├── ExportError                 telemetry could not be sent (exit 4)
-    └── ListenError                 an address to listen on is taken or not allowed (exit 5)
+    AttestOtelError                 exit 2: the base; catch it to catch them all
+    ├── UsageError                  exit 2: a flag or combination the command cannot honour
+    │   └── ModelError              exit 2: a model check was asked for and no model can run it
+    ├── InputError                  exit 2: a file (and line) we cannot read: run files, OTLP
+    │   └── PolicyError             exit 2: a policy or config file, every problem listed
+    ├── SourceError                 exit 2: a trace source (store, Jaeger, Tempo...) failed
+    │   └── TraceNotFoundError      exit 2: the source answered and has no such trace
+    ├── ExportError                 exit 4: telemetry could not be sent
+    └── ListenError                 exit 5: an address to listen on is taken or not allowed
 
-The CLI prints `str(error)` on one line and exits with `error.exit_code`; nothing else
-should ever reach the user as a traceback. Every exit code, in one place (the README's
-table repeats it): 0 every run passed; 1 a run failed, or a pass rate is below
-`--fail-under`; 2 usage or input, including an input with nothing to grade and warnings
-under `--strict`; 3 internal error (a bug: report it); 4 export failed; 5 cannot listen;
-141 stdout was closed early (`grade ... | head`), as a shell reports a writer killed by
-SIGPIPE. Export and listening have codes of their own so that a CI gate can tell "the
+Every class is re-exported from `attest_otel`, so `except attest_otel.AttestOtelError`
+needs no knowledge of the modules that raise. The CLI prints `str(error)` on one line and
+exits with `error.exit_code`; nothing else should ever reach the user as a traceback. A
+subclass that only steers code inside the package, and that no user needs to catch apart,
+stays beside that code and is listed here (a test holds the list complete):
+`ingest.gzip.InflatesTooFar`, an `InputError` that makes the sidecar's HTTP receiver answer
+413 rather than 400.
+
+A model that fails *during* grading raises nothing: the rules turn the failed call into
+`recovery: unchecked` (see docs/rules.md), so one flaky model call cannot stop a batch.
+`ModelError` is the case before any grading starts: the user asked for a model check
+(`--appropriate`, `--check-answer`, `grader.tool_use(check_answer=True)`) and there is no
+model to ask. It is a `UsageError` because the fix is the user's (set a key, or run inside
+`llm.using`), and so that code catching `UsageError` for it keeps working.
+
+Every exit code, in one place (the README's table repeats it, and a test holds them
+equal): 0 every run passed; 1 a run failed, or a pass rate is below `--fail-under`; 2 usage
+or input, including an input with nothing to grade and warnings under `--strict`; 3 internal
+error (a bug: report it); 4 export failed; 5 cannot listen; 130 interrupted (Ctrl-C); 141
+stdout was closed early (`grade ... | head`), as a shell reports a process killed by SIGINT
+or SIGPIPE. Export and listening have codes of their own so that a CI gate can tell "the
 agent failed" (1) from "the pipeline around it did" (4, 5).
 """
 
 from __future__ import annotations
 
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "AttestOtelError",
+    "ExportError",
+    "InputError",
+    "ListenError",
+    "ModelError",
+    "PolicyError",
+    "SourceError",
+    "TraceNotFoundError",
+    "UsageError",
+]
+
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for a writer whose reader went away."""
+
 
 class AttestOtelError(Exception):
+    """Anything attest-otel raises on purpose; `exit_code` is what the CLI exits with."""
+
     exit_code = 2
 
 
 class UsageError(AttestOtelError):
-    pass
+    """The command or call asks for something that cannot be done as asked."""
+
+
+class ModelError(UsageError):
+    """A model check was asked for, and no model is available to make it."""
 
 
 class InputError(AttestOtelError):
@@ -44,23 +81,33 @@ class InputError(AttestOtelError):
 
 
 class PolicyError(InputError):
+    """Every problem of one policy or config file at once, so one edit fixes them all."""
+
     def __init__(self, source: str, problems: list[str]) -> None:
         self.problems = problems
         super().__init__(source, "; ".join(problems))
 
 
 class SourceError(AttestOtelError):
-    pass
+    """A trace source could not be read: down, refused, or answered with something else."""
 
 
-class ModelError(AttestOtelError):
-    pass
+class TraceNotFoundError(SourceError):
+    """The backend answered, and it does not have the trace.
 
+    A subclass so that a loop over many ids (`--since`) can skip one that has aged out of
+    the backend while still stopping on a backend that is down.
+    """
 
-EXIT_BROKEN_PIPE = 141
+    def __init__(self, trace_id: str, where: str) -> None:
+        self.trace_id = trace_id
+        self.where = where
+        super().__init__(f"trace ID {trace_id} not found in {where}")
 
 
 class ExportError(AttestOtelError):
+    """Grades were made (and printed) but could not be sent as telemetry."""
+
     exit_code = 4
 
 

@@ -13,12 +13,36 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from attest_otel.errors import InputError
 
 JSONValue = Any
 """Any value `json.loads` can return."""
+
+# The words of a grade, as types: attest's finding JSON carries them as strings, and a
+# misspelt one ("error_slient") would still be a string; as Literals mypy refuses it where
+# the rules make a finding. docs/rules.md says when each applies.
+
+Verdict = Literal["pass", "review", "fail"]
+"""A run's verdict (`CheckResult.verdict`): `fail` if any call fails, else `review` if any
+call warns, else `pass`. `review` counts as passed (exit 0): it flags a check that could not
+be made, not a wrong call."""
+
+Severity = Literal["pass", "warn", "fail"]
+"""How much one finding counts (`Finding.severity`); each `FindingVerdict` has exactly one."""
+
+FindingVerdict = Literal[
+    "disallowed_tool", "error_claimed_success", "error_silent", "incorrect", "review", "correct"
+]
+"""One call's verdict (`Finding.verdict`), in the order the rules try them: the first that
+applies wins."""
+
+Recovery = Literal["retried", "fallback", "acknowledged", "silent", "claimed_success", "unchecked"]
+"""What became of a call that errored (`Finding.metadata["recovery"]`): a later call of the
+same tool worked (`retried`) or of one of its fallbacks (`fallback`); else what the final
+answer says about it, as a model read it (`acknowledged`, `claimed_success`, `silent`), or
+`unchecked` when no model could read it."""
 
 
 @dataclass(slots=True)
@@ -81,8 +105,8 @@ class Run:
 
 @dataclass(slots=True)
 class Finding:
-    severity: str
-    verdict: str
+    severity: Severity
+    verdict: FindingVerdict
     subject: str
     reason: str
     evidence: str | None
@@ -105,7 +129,7 @@ class Finding:
 class CheckResult:
     check: str
     passed: bool
-    verdict: str
+    verdict: Verdict
     score: float
     summary: str
     findings: list[Finding]

@@ -3,7 +3,7 @@
 The same library emits different dialects by configuration, and one span may carry two (the
 OpenInference processors copy GenAI attributes onto pydantic-ai and Strands spans; Vercel
 legacy adds `gen_ai.*`), so the order below is the tie-break: the most specific marker first,
-plain GenAI last (dialects.md section 7). Each check is a handful of dict lookups.
+plain GenAI last (docs/dialects.md, "Detection order"). Each check is a handful of dict lookups.
 """
 
 from __future__ import annotations

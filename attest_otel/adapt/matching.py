@@ -433,7 +433,8 @@ def _status_text(span: Span) -> str | None:
 
 
 def error_fields(call: Call) -> None:
-    """ERROR status sets is_error; other statuses leave it to the output (rules.md)."""
+    """ERROR status sets is_error; other statuses leave it to the output text (docs/rules.md,
+    point 2)."""
     node = call.node
     if node is not None and node.span.status_code == STATUS_ERROR:
         call.is_error = True

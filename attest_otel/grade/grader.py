@@ -8,7 +8,7 @@ own judge (or none) so it never starts spending because a key is in the environm
 
 from __future__ import annotations
 
-from attest_otel.errors import UsageError
+from attest_otel.errors import ModelError
 from attest_otel.grade import llm, rules
 from attest_otel.grade.questions import AnswerVerdict, Judge, ModelFailure
 from attest_otel.model import CheckResult, Run
@@ -65,12 +65,16 @@ def grade(run: Run, *, judge: Judge | None, appropriate: bool = False) -> CheckR
 
 
 def judge_for_tool_use(*, asked: bool, model: str | None = None) -> Judge | None:
-    """The `using` client, else the API key's when a check was asked (`tool_use`, `tools`)."""
+    """The `using` client, else the API key's when a check was asked (`tool_use`, `tools`).
+
+    Asked for and none available is a `ModelError`, before any run is graded: grading on
+    without the model would print `unchecked` for every error the user asked to check.
+    """
     judge = llm.current_judge(model)
     if asked and judge is None:
         judge = llm.judge_from_env(model)
         if judge is None:
-            raise UsageError(NO_MODEL)
+            raise ModelError(NO_MODEL)
     return judge
 
 

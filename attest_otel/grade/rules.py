@@ -3,13 +3,15 @@
 Grading is two passes so the model calls can sit outside this module: `assess` works out
 what the rules alone decide (allowed, errored, recovered) and which questions need a model;
 `decide` turns those facts plus the model's answers into findings and the result.
+
+The README's "The rules" states the rules; where attest's rules leave a case open (an
+absent output, `review`, no content), docs/rules.md says what this module does and why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from attest_otel.grade.questions import (
     AnswerQuestion,
@@ -18,17 +20,25 @@ from attest_otel.grade.questions import (
     ChoiceVerdict,
     ModelFailure,
 )
-from attest_otel.model import CheckResult, Finding, Run, ToolCall, output_text
+from attest_otel.model import (
+    CheckResult,
+    Finding,
+    FindingVerdict,
+    Recovery,
+    Run,
+    Severity,
+    ToolCall,
+    Verdict,
+    output_text,
+)
 
 CHECK_NAME = "tool_use"
 EVIDENCE_CHARS = 160
 _ERROR_PREFIXES = ("error", "exception", "traceback")
 _ERROR_MARKERS = ("error:", "exception:")
 
-Recovery = Literal["retried", "fallback", "acknowledged", "silent", "claimed_success", "unchecked"]
-
 # The six verdicts in the order they are checked, with their severities.
-VERDICT_SEVERITY: dict[str, str] = {
+VERDICT_SEVERITY: dict[FindingVerdict, Severity] = {
     "disallowed_tool": "fail",
     "error_claimed_success": "fail",
     "error_silent": "fail",
@@ -220,6 +230,7 @@ def finding_for(
         recovery, error_reason = _unrecovered(fact, answer)
     appropriate = choice.appropriate if isinstance(choice, ChoiceVerdict) else None
     evidence = None
+    verdict: FindingVerdict
 
     if not fact.allowed:
         verdict, reason = "disallowed_tool", _disallowed_reason(fact.call.name, run.allowed_tools)
@@ -280,11 +291,12 @@ def summarize(findings: Sequence[Finding]) -> str:
 def result_for(findings: list[Finding], *, model: str | None, model_calls: int) -> CheckResult:
     failed = any(f.severity == "fail" for f in findings)
     warned = any(f.severity == "warn" for f in findings)
+    verdict: Verdict = "fail" if failed else "review" if warned else "pass"
     score = sum(f.verdict == "correct" for f in findings) / len(findings) if findings else 1.0
     return CheckResult(
         check=CHECK_NAME,
         passed=not failed,
-        verdict="fail" if failed else "review" if warned else "pass",
+        verdict=verdict,
         score=score,
         summary=summarize(findings),
         findings=findings,

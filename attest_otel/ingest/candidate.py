@@ -5,7 +5,7 @@ decoded in full, a span that fails becomes a skeleton (ids, parent, name, times,
 resource and scope, but no attributes or events). It only looks at the span name, the attribute
 *keys* (never the values) and the instrumentation scope name, with prefix tests.
 
-It must stay a superset of every dialect detector in `attest_otel.adapt` (see dialects.md §7):
+It must stay a superset of every dialect detector in `attest_otel.adapt` (docs/dialects.md):
 a false positive costs one attribute walk, a false negative hides a span from grading. When a
 detector learns a new marker, add its key prefix or span name here too.
 """

@@ -51,7 +51,7 @@ def _status_only(run: dict[str, Any]) -> dict[str, Any]:
 
     The label says what the framework did; a returned "Error: ..." never reached the trace,
     so the readable calls are errors only where they raised, graded by the spec's rules
-    (shared/spec/rules.md) with no answer to check, and task and answer are unknown. This
+    (docs/rules.md) with no answer to check, and task and answer are unknown. This
     derivation is the generators' own (tests/fixtures/gen/scenarios.py), not attest-otel's.
     """
     calls = derive_calls(

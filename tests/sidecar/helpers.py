@@ -1,6 +1,6 @@
 """Builders for the sidecar tests: the sidecar as a subprocess, and spans from the real SDK.
 
-Agent runs follow the current GenAI conventions (dialects.md 1.1): an `invoke_agent` span
+Agent runs follow the current GenAI conventions (docs/dialects.md): an `invoke_agent` span
 with `gen_ai.operation.name=invoke_agent` and `gen_ai.agent.name`, and child `execute_tool`
 spans with `gen_ai.tool.name` and `gen_ai.tool.call.result`, or status ERROR when the tool
 failed. Plain spans are an HTTP server span with a DB child.

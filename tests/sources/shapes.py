@@ -1,7 +1,7 @@
 """Turn a fixture trace into what each backend's API would answer for it.
 
-Each function follows the backend's documented shape (see ../shared/pipeline.md, "Fetching
-a finished trace by id"): Jaeger api_v3's `{"result": ...}` wrapper, classic Jaeger's JSON
+Each function follows the backend's documented shape (docs/jaeger-tempo-grafana.md says
+which endpoints attest-otel reads): Jaeger api_v3's `{"result": ...}` wrapper, classic Jaeger's JSON
 (microseconds, tags, logs, references, processes), Tempo's gogo-jsonpb JSON (`batches`,
 base64 ids, enum names) and protobuf, Phoenix's REST spans. `expected_*` applies to the
 original spans exactly the losses each shape is documented to have, so a test can compare

@@ -11,7 +11,9 @@ import string
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
-from attest_otel.errors import SourceError, UsageError
+# TraceNotFoundError lives with the rest of the error tree; imported here for the sources.
+from attest_otel.errors import TraceNotFoundError as TraceNotFoundError
+from attest_otel.errors import UsageError
 from attest_otel.ingest.candidate import is_genai_candidate
 from attest_otel.ingest.decode import Decoded
 from attest_otel.ingest.span import Span
@@ -27,19 +29,6 @@ __all__ = [
 ]
 
 _HEX = frozenset(string.hexdigits)
-
-
-class TraceNotFoundError(SourceError):
-    """The backend answered, and it does not have the trace.
-
-    A subclass so that a loop over many ids (`--since`) can skip one that has aged out of
-    the backend while still stopping on a backend that is down.
-    """
-
-    def __init__(self, trace_id: str, where: str) -> None:
-        self.trace_id = trace_id
-        self.where = where
-        super().__init__(f"trace ID {trace_id} not found in {where}")
 
 
 @runtime_checkable
