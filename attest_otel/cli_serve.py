@@ -18,6 +18,9 @@ from typing import Any
 
 import click
 
+from attest_otel.content import CONTENT_MODES
+from attest_otel.sidecar.config import PROTOCOLS, default
+
 __all__ = ["LogfmtFormatter", "serve", "setup_logging"]
 
 _STANDARD_RECORD_KEYS = frozenset(
@@ -70,13 +73,16 @@ def setup_logging(level: str) -> None:
 @click.command()
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="Sidecar YAML config (flags override it; it overrides the defaults).")
-@click.option("--grpc-endpoint", help="OTLP/gRPC listen address [127.0.0.1:4317].")
-@click.option("--http-endpoint", help="OTLP/HTTP listen address [127.0.0.1:4318].")
+@click.option("--grpc-endpoint",
+              help=f"OTLP/gRPC listen address [{default('receivers.grpc.endpoint')}].")
+@click.option("--http-endpoint",
+              help=f"OTLP/HTTP listen address [{default('receivers.http.endpoint')}].")
 @click.option("--forward-endpoint",
               help="Where spans go next (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / "
                    "OTEL_EXPORTER_OTLP_ENDPOINT).")
-@click.option("--forward-protocol", type=click.Choice(["grpc", "http/protobuf"]),
-              help="OTLP protocol of the next hop [grpc].")
+@click.option("--forward-protocol", type=click.Choice(PROTOCOLS),
+              help="OTLP protocol of the next hop (default: OTEL_EXPORTER_OTLP_PROTOCOL, "
+                   f"else {default('forward.protocol')}).")
 @click.option("--store", "store", type=click.Path(path_type=Path),
               help="Trace and grade store [$XDG_DATA_HOME/attest-otel/store.db].")
 @click.option("--policy", type=click.Path(path_type=Path),
@@ -99,9 +105,9 @@ def setup_logging(level: str) -> None:
               help="Client certificate (PEM) for mTLS to the next hop.")
 @click.option("--forward-key-file", type=click.Path(path_type=Path),
               help="Client private key (PEM) for mTLS to the next hop.")
-@click.option("--content", type=click.Choice(["keep", "truncate", "drop"]),
+@click.option("--content", type=click.Choice(CONTENT_MODES),
               help="Run content (tool outputs, answers, evidence) in events, logs and model "
-                   "prompts [keep].")
+                   f"prompts [{default('content.mode')}].")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def serve(
@@ -126,11 +132,13 @@ def serve(
 ) -> None:
     """Grade agent runs in an OTLP pipeline: receive, hold per trace, grade, annotate, forward.
 
-    SIGTERM or Ctrl-C stops accepting, grades and forwards what is held (within
-    shutdown.deadline_s), flushes and exits 0.
+    The config, the policy file it names and the model settings are all checked before
+    anything listens: a problem in any of them is one line and exit 2. Values in the files
+    may be ${env:NAME} or ${env:NAME:-default}. SIGTERM or Ctrl-C stops accepting, grades
+    and forwards what is held (within shutdown.deadline_s), flushes and exits 0.
     """
     from attest_otel.sidecar.config import config_lines, load_service_config
-    from attest_otel.sidecar.service import build_service
+    from attest_otel.sidecar.service import build_service  # the grading stack: serve only
 
     setup_logging(log_level)
     config = load_service_config(

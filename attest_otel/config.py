@@ -22,7 +22,9 @@ Where the values come from, first match wins (`resolve_policy`):
   4. nothing: every tool allowed, no fallbacks.
 
 The file is checked whole when it loads and every problem is listed at once, each naming its
-key path and line, so a user fixes a file in one pass instead of one error per run.
+key path and line, so a user fixes a file in one pass instead of one error per run. Values
+may name environment variables, `${env:NAME}` or `${env:NAME:-default}`, as in a Collector
+config (`yamlcheck` says how).
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import Node, ScalarNode, SequenceNode
 
 from attest_otel.adapt.span_policy import from_span
+from attest_otel.dialect_config import DialectChecker
 from attest_otel.errors import PolicyError
+from attest_otel.yamlcheck import STR_TAG, Checker, compose, is_null, kind, read_text
 
 if TYPE_CHECKING:
     from attest_otel.adapt.declared import DeclaredDialect
@@ -56,8 +59,6 @@ ANY_AGENT = "*"
 
 _TOP_KEYS = ("agents", "dialects")
 _AGENT_KEYS = ("allowed_tools", "tool_fallbacks")
-_STR_TAG = "tag:yaml.org,2002:str"
-_NULL_TAG = "tag:yaml.org,2002:null"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,89 +107,39 @@ class Policy:
         return resolve_policy(self, agent, on_span, allowed_override, fallbacks_override)
 
 
-def load_policy(path: str | Path) -> Policy:
-    """Read and check a policy file; raises PolicyError listing every problem found."""
-    p = Path(path)
-    source = str(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PolicyError(source, ["no such file"]) from None
-    except IsADirectoryError:
-        raise PolicyError(source, ["is a directory, not a policy file"]) from None
-    except UnicodeDecodeError as e:
-        raise PolicyError(source, [f"not UTF-8 text ({e.reason} at byte {e.start})"]) from None
-    except OSError as e:
-        raise PolicyError(source, [e.strerror or str(e)]) from None
-    return parse_policy(text, source)
+def load_policy(path: str | Path, environ: Mapping[str, str] | None = None) -> Policy:
+    """Read and check a policy file; raises PolicyError listing every problem found.
+
+    `environ` is where `${env:...}` references are looked up (default: `os.environ`).
+    """
+    return parse_policy(read_text(path, "a policy file"), str(Path(path)), environ)
 
 
-def parse_policy(text: str, source: str = "<policy>") -> Policy:
+def parse_policy(
+    text: str, source: str = "<policy>", environ: Mapping[str, str] | None = None
+) -> Policy:
     """Check a policy document given as text; `source` is what errors name."""
     root = compose(text, source)
-    if root is None or (isinstance(root, ScalarNode) and root.tag == _NULL_TAG):
+    if root is None:
         return Policy(source=source)
     checker = _Checker()
+    checker.expand_env(root, environ)
     agents = checker.document(root)
     dialects: tuple[DeclaredDialect, ...] = ()
     if checker.dialects_node is not None:
-        from attest_otel.dialect_config import DialectChecker
-
         dialects = DialectChecker(checker.problems, source).section(checker.dialects_node)
     if checker.problems:
         raise PolicyError(source, checker.problems)
     return Policy(agents=agents, source=source, dialects=dialects)
 
 
-def compose(text: str, source: str) -> Node | None:
-    """The YAML node tree (which keeps every line number); invalid YAML is one PolicyError."""
-    try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        problem = e.problem or e.context or "invalid YAML"
-        if mark is None:
-            raise PolicyError(source, [f"invalid YAML: {problem}"]) from None
-        err = PolicyError(
-            source, [f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {problem}"]
-        )
-        err.line = mark.line + 1
-        raise err from None
-    except yaml.YAMLError as e:
-        raise PolicyError(source, [f"invalid YAML: {e}"]) from None
+class _Checker(Checker):
+    """Walks the node tree of a policy (`yamlcheck` says why nodes, not values)."""
 
-
-class _Checker:
-    """Walks the YAML node tree (not the loaded values) so every problem can carry its line."""
-
-    def __init__(self, problems: list[str] | None = None) -> None:
-        self.problems: list[str] = [] if problems is None else problems
+    def __init__(self) -> None:
+        super().__init__()
         self.dialects_node: Node | None = None
         """The `dialects:` section, checked by `dialect_config` (kept out of this module)."""
-
-    def problem(self, path: str, node: Node, text: str) -> None:
-        self.problems.append(f"{path} (line {node.start_mark.line + 1}): {text}")
-
-    def mapping(self, path: str, node: Node, what: str) -> list[tuple[ScalarNode, Node]] | None:
-        """The key/value pairs of a mapping node; duplicate and non-string keys are problems."""
-        if not isinstance(node, MappingNode):
-            self.problem(path, node, f"expected {what}, got {_kind(node)}")
-            return None
-        seen: set[str] = set()
-        pairs: list[tuple[ScalarNode, Node]] = []
-        for key, value in node.value:
-            if not isinstance(key, ScalarNode) or key.tag != _STR_TAG:
-                shown = key.value if isinstance(key, ScalarNode) else _kind(key)
-                self.problem(
-                    f"{path}.{shown}", key, "expected a string key (quote it to make it one)"
-                )
-                continue
-            if key.value in seen:
-                self.problem(f"{path}.{key.value}", key, "duplicate key")
-                continue
-            seen.add(key.value)
-            pairs.append((key, value))
-        return pairs
 
     def document(self, root: Node) -> dict[str, AgentPolicy]:
         pairs = self.mapping("<top>", root, "a mapping with an `agents` key")
@@ -197,10 +148,9 @@ class _Checker:
         agents: dict[str, AgentPolicy] = {}
         for key, value in pairs:
             if key.value not in _TOP_KEYS:
-                expected = ", ".join(_TOP_KEYS)
-                self.problem(key.value, key, f"unknown key (expected one of: {expected})")
+                self.unknown(key.value, key, _TOP_KEYS)
                 continue
-            if _is_null(value):
+            if is_null(value):
                 continue
             if key.value == "dialects":
                 self.dialects_node = value
@@ -217,7 +167,7 @@ class _Checker:
         return agents
 
     def agent(self, path: str, node: Node, name: str) -> AgentPolicy | None:
-        if _is_null(node):
+        if is_null(node):
             return AgentPolicy(entry=name)
         pairs = self.mapping(path, node, "a mapping with allowed_tools and/or tool_fallbacks")
         if pairs is None:
@@ -227,35 +177,31 @@ class _Checker:
         ok = True
         for key, value in pairs:
             if key.value == "allowed_tools":
-                if _is_null(value):
+                if is_null(value):
                     continue
                 tools = self.names(f"{path}.allowed_tools", value)
                 ok = ok and tools is not None
                 allowed = tools
             elif key.value == "tool_fallbacks":
-                if _is_null(value):
+                if is_null(value):
                     continue
                 fb = self.fallbacks(f"{path}.tool_fallbacks", value)
                 ok = ok and fb is not None
                 fallbacks = fb or {}
             else:
-                self.problem(
-                    f"{path}.{key.value}",
-                    key,
-                    f"unknown key (expected one of: {', '.join(_AGENT_KEYS)})",
-                )
+                self.unknown(f"{path}.{key.value}", key, _AGENT_KEYS)
                 ok = False
         return AgentPolicy(allowed, fallbacks, name) if ok else None
 
     def names(self, path: str, node: Node) -> list[str] | None:
         if not isinstance(node, SequenceNode):
-            self.problem(path, node, f"expected a list of strings, got {_kind(node)}")
+            self.problem(path, node, f"expected a list of strings, got {kind(node)}")
             return None
         out: list[str] = []
         ok = True
         for i, item in enumerate(node.value):
-            if not isinstance(item, ScalarNode) or item.tag != _STR_TAG:
-                self.problem(f"{path}[{i}]", item, f"expected a string, got {_kind(item)}")
+            if not isinstance(item, ScalarNode) or item.tag != STR_TAG:
+                self.problem(f"{path}[{i}]", item, f"expected a string, got {kind(item)}")
                 ok = False
             elif not item.value.strip():
                 self.problem(f"{path}[{i}]", item, "empty tool name")
@@ -281,27 +227,6 @@ class _Checker:
             else:
                 out[key.value] = alts
         return out if ok else None
-
-
-def _is_null(node: Node) -> bool:
-    return isinstance(node, ScalarNode) and node.tag == _NULL_TAG
-
-
-def _kind(node: Node) -> str:
-    if isinstance(node, MappingNode):
-        return "a mapping"
-    if isinstance(node, SequenceNode):
-        return "a list"
-    if isinstance(node, ScalarNode):
-        tag = node.tag.rsplit(":", 1)[-1]
-        return {
-            "null": "null",
-            "bool": "a boolean",
-            "int": "a number",
-            "float": "a number",
-            "str": "a string",
-        }.get(tag, f"a {tag}")
-    return "something else"
 
 
 # --- the same settings carried on a span ----------------------------------------------------

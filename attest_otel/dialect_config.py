@@ -24,17 +24,16 @@ detection never compiles anything. The README's "Teach it a dialect" documents e
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from attest_otel.adapt.base import Role
 from attest_otel.adapt.declared import Cond, DeclaredDialect, Field, Rule, Source
-from attest_otel.config import _STR_TAG, _Checker, _is_null, _kind, compose
 from attest_otel.errors import PolicyError
+from attest_otel.yamlcheck import BOOL_TAG, STR_TAG, Checker, compose, is_null, kind, read_text
 
 __all__ = ["DialectChecker", "load_dialects", "parse_dialects"]
 
@@ -71,36 +70,28 @@ _PLACES = ("attribute", "event", "log", "span_name", "genai_events")
 _KINDS = {"unspecified": 0, "internal": 1, "server": 2, "client": 3, "producer": 4,
           "consumer": 5}
 _MESSAGE_ROLES = ("user", "assistant", "system", "tool")
-_BOOL_TAG = "tag:yaml.org,2002:bool"
-_SCALAR_TAGS = frozenset((_STR_TAG, _BOOL_TAG, "tag:yaml.org,2002:int",
+_SCALAR_TAGS = frozenset((STR_TAG, BOOL_TAG, "tag:yaml.org,2002:int",
                           "tag:yaml.org,2002:float"))
 
 
-def load_dialects(path: str | Path) -> tuple[DeclaredDialect, ...]:
+def load_dialects(
+    path: str | Path, environ: Mapping[str, str] | None = None
+) -> tuple[DeclaredDialect, ...]:
     """A file of dialects (`dialects:` at its top, nothing else); PolicyError lists every
     problem, so `grade --dialects` fails in one line naming the file."""
-    p = Path(path)
-    source = str(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PolicyError(source, ["no such file"]) from None
-    except IsADirectoryError:
-        raise PolicyError(source, ["is a directory, not a dialect file"]) from None
-    except UnicodeDecodeError as e:
-        raise PolicyError(source, [f"not UTF-8 text ({e.reason} at byte {e.start})"]) from None
-    except OSError as e:
-        raise PolicyError(source, [e.strerror or str(e)]) from None
-    return parse_dialects(text, source)
+    return parse_dialects(read_text(path, "a dialect file"), str(Path(path)), environ)
 
 
-def parse_dialects(text: str, source: str = "<dialects>") -> tuple[DeclaredDialect, ...]:
+def parse_dialects(
+    text: str, source: str = "<dialects>", environ: Mapping[str, str] | None = None
+) -> tuple[DeclaredDialect, ...]:
     root = compose(text, source)
     checker = DialectChecker([], source)
     found: tuple[DeclaredDialect, ...] = ()
-    if root is None or _is_null(root):
+    if root is None:
         checker.problems.append("<top>: empty file (expected a `dialects:` mapping)")
     else:
+        checker.expand_env(root, environ)
         for key, value in checker.mapping("<top>", root, "a mapping with a `dialects` key") or ():
             if key.value != "dialects":
                 checker.unknown(key.value, key, ("dialects",))
@@ -113,21 +104,15 @@ def parse_dialects(text: str, source: str = "<dialects>") -> tuple[DeclaredDiale
     return found
 
 
-class DialectChecker(_Checker):
+class DialectChecker(Checker):
     """Builds `DeclaredDialect`s from the node tree, adding problems to a shared list."""
 
     def __init__(self, problems: list[str], source: str) -> None:
         super().__init__(problems)
         self.source = source
 
-    def unknown(self, path: str, node: Node, allowed: Sequence[str]) -> None:
-        name = path.rpartition(".")[2]
-        close = difflib.get_close_matches(name, allowed, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"expected one of: {', '.join(allowed)}"
-        self.problem(path, node, f"unknown key ({hint})")
-
     def section(self, node: Node) -> tuple[DeclaredDialect, ...]:
-        if _is_null(node):
+        if is_null(node):
             return ()
         out: list[DeclaredDialect] = []
         builtin = _builtin_names()
@@ -260,7 +245,7 @@ class DialectChecker(_Checker):
                 ok = ok and kinds is not None
             elif k == "any":
                 if not isinstance(value, SequenceNode) or not value.value:
-                    self.problem(where, value, f"expected a list of conditions, got {_kind(value)}")
+                    self.problem(where, value, f"expected a list of conditions, got {kind(value)}")
                     ok = False
                     continue
                 for i, item in enumerate(value.value):
@@ -382,8 +367,8 @@ class DialectChecker(_Checker):
     # --- scalars ----------------------------------------------------------------------------
 
     def text(self, path: str, node: Node) -> str | None:
-        if not isinstance(node, ScalarNode) or node.tag != _STR_TAG:
-            self.problem(path, node, f"expected a string, got {_kind(node)}")
+        if not isinstance(node, ScalarNode) or node.tag != STR_TAG:
+            self.problem(path, node, f"expected a string, got {kind(node)}")
             return None
         if not node.value.strip():
             self.problem(path, node, "empty string")
@@ -408,9 +393,9 @@ class DialectChecker(_Checker):
         for item in items:
             if not isinstance(item, ScalarNode) or item.tag not in _SCALAR_TAGS:
                 self.problem(path, item, f"expected a string, number or boolean, got "
-                                         f"{_kind(item)}")
+                                         f"{kind(item)}")
                 return None
-            if item.tag == _BOOL_TAG:
+            if item.tag == BOOL_TAG:
                 out.add("true" if item.value.lower() in ("true", "yes", "on") else "false")
             else:
                 out.add(str(item.value))
@@ -420,8 +405,8 @@ class DialectChecker(_Checker):
         return frozenset(out)
 
     def flag(self, path: str, node: Node) -> bool | None:
-        if not isinstance(node, ScalarNode) or node.tag != _BOOL_TAG:
-            self.problem(path, node, f"expected true or false, got {_kind(node)}")
+        if not isinstance(node, ScalarNode) or node.tag != BOOL_TAG:
+            self.problem(path, node, f"expected true or false, got {kind(node)}")
             return None
         return node.value.lower() in ("true", "yes", "on")
 

@@ -415,10 +415,11 @@ def _rss() -> int:
 
 def run_memory(requests: list[bytes]) -> tuple[int, int, int]:
     """(OTLP bytes of the held spans, buffer's own byte count, RSS growth)."""
-    from attest_otel.sidecar.buffer import BufferLimits, TraceBuffer
+    from attest_otel.sidecar.buffer import TraceBuffer
+    from attest_otel.sidecar.config import BufferConfig
     from attest_otel.sidecar.wire import split_request
 
-    buf = TraceBuffer(BufferLimits(grace_s=3600, idle_timeout_s=7200, max_traces=10**7,
+    buf = TraceBuffer(BufferConfig(grace_s=3600, idle_timeout_s=7200, max_traces=10**7,
                                    max_spans=10**9, max_bytes=1 << 40),
                       probe=lambda t, c, w: False, release=lambda ts: None)
     gc.collect()
@@ -451,11 +452,12 @@ def run_profile(requests: list[bytes]) -> None:
             pass
 
     held: list[HeldTrace] = []
-    from attest_otel.sidecar.buffer import BufferLimits, TraceBuffer
+    from attest_otel.sidecar.buffer import TraceBuffer
+    from attest_otel.sidecar.config import BufferConfig
     from attest_otel.sidecar.requests import RequestPath as Pipeline
     from attest_otel.sidecar.wire import split_request
 
-    buf = TraceBuffer(BufferLimits(grace_s=3600, idle_timeout_s=7200, max_traces=10**7,
+    buf = TraceBuffer(BufferConfig(grace_s=3600, idle_timeout_s=7200, max_traces=10**7,
                                    max_spans=10**9, max_bytes=1 << 40),
                       probe=agent_probe, release=held.extend)
     grader = TraceGrader(policy=None, gate=None, forwarder=NullForwarder(),  # type: ignore[arg-type]

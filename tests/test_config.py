@@ -75,7 +75,7 @@ version: 2
     assert info.value.problems == [
         "agents.billing_agent.allowed_tools (line 3): expected a list of strings, got a string",
         "agents.billing_agent.tool_fallback (line 4): unknown key "
-        "(expected one of: allowed_tools, tool_fallbacks)",
+        "(did you mean 'tool_fallbacks'?)",
         "agents.'' (line 5): empty agent name",
         "agents.support.tool_fallbacks.search[0] (line 8): expected a string, got a number",
         "agents.support.tool_fallbacks.search[1] (line 8): empty tool name",
@@ -179,3 +179,54 @@ def test_cached_attribute_parses_hand_out_independent_copies() -> None:
     assert first is not None
     first.append("b")
     assert parse_tools_value('["a"]') == ["a"]
+
+
+# --- ${env:NAME} in values --------------------------------------------------------------------
+
+ENV_POLICY = """\
+agents:
+  ${env:NOT_A_KEY}:
+    allowed_tools:
+      - ${env:PAY}
+      - "${env:BACKUP:-pay_with_paypal}"
+      - lookup_$${env:X}
+"""
+
+
+def test_values_name_environment_variables_and_dollar_dollar_is_a_dollar() -> None:
+    policy = parse_policy(ENV_POLICY, environ={"PAY": "charge_card"})
+    # Keys are never expanded: the file's shape is what its author wrote.
+    assert policy.for_agent("${env:NOT_A_KEY}").allowed_tools == [
+        "charge_card", "pay_with_paypal", "lookup_${env:X}",
+    ]
+
+
+def test_a_default_applies_only_when_the_variable_is_unset_not_when_it_is_empty() -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(ENV_POLICY, "p.yaml", environ={"PAY": "charge_card", "BACKUP": ""})
+    assert info.value.problems == [
+        "agents.${env:NOT_A_KEY}.allowed_tools[1] (line 5): empty tool name"
+    ]
+
+
+def test_an_unset_variable_without_a_default_is_one_problem_naming_it_and_its_key() -> None:
+    text = "agents:\n  a:\n    allowed_tools:\n      - ${env:PAY}\n    tool_fallbacks: ${env:FB}\n"
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "p.yaml", environ={})
+    assert info.value.problems == [
+        "agents.a.allowed_tools[0] (line 4): ${env:PAY}: PAY is not set "
+        "(set it, or give a default: ${env:PAY:-value})",
+        "agents.a.tool_fallbacks (line 5): ${env:FB}: FB is not set "
+        "(set it, or give a default: ${env:FB:-value})",
+    ]
+
+
+def test_a_reference_other_than_env_is_refused() -> None:
+    with pytest.raises(PolicyError, match=r"allowed_tools\[0\] \(line 3\): unsupported "
+                                          r"reference \$\{file:/etc/x\}"):
+        parse_policy("agents:\n  a:\n    allowed_tools: ['${file:/etc/x}']\n", environ={})
+
+
+def test_load_policy_reads_the_environment_it_is_given(tmp_path: Path) -> None:
+    path = write(tmp_path, "agents:\n  a:\n    allowed_tools: ['${env:TOOL}']\n")
+    assert load_policy(path, {"TOOL": "t"}).for_agent("a").allowed_tools == ["t"]

@@ -227,6 +227,14 @@ _DEFAULT_POLICY: dict[str, Field] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Markers:
+    keys: tuple[str, ...]
+    scopes: tuple[str, ...]
+    names: tuple[str, ...]
+    """Span names or name prefixes; "" means any name."""
+
+
 class DeclaredDialect:
     """A `Dialect` read from a YAML spec (`dialect_config.parse_dialects` builds them)."""
 
@@ -249,6 +257,30 @@ class DeclaredDialect:
             if rule.when.holds(span):
                 return rule
         return None
+
+    def markers(self) -> Markers:
+        """What any span of this dialect must show, for a test that cannot decode spans (the
+        sidecar decides on the raw bytes which traces to hold): the attribute keys, scope
+        names and span names its conditions look at. A span that shows none of them cannot
+        match, so holding every trace that shows one is enough."""
+        conds = [r.when for r in self.rules]
+        if self.match is not None:
+            conds = [self.match]  # every span of the dialect passes `match` first
+        keys: set[str] = set()
+        scopes: set[str] = set()
+        names: set[str] = set()
+        while conds:
+            cond = conds.pop()
+            keys.update(cond.present)
+            keys.update(k for k, _ in cond.equals)
+            keys.update(k for k, _ in cond.starts)
+            scopes.update(cond.scopes or ())
+            names.update(cond.names or ())
+            names.update(cond.prefixes)
+            if cond.regex is not None:
+                names.add("")  # any name may match: only keys and scopes can narrow it
+            conds.extend(cond.any)
+        return Markers(tuple(sorted(keys)), tuple(sorted(scopes)), tuple(sorted(names)))
 
     def rule_for(self, span: Span) -> str | None:
         """The label of the rule that decides the span, for `inspect`; `match` when only the

@@ -1,8 +1,8 @@
 """Findings written into the protobuf spans the sidecar still holds, before it forwards them.
 
 The sidecar keeps received `opentelemetry.proto.trace.v1.trace_pb2.Span` messages as its
-buffer and re-serialises them (re-encoding through the SDK is ~6x slower, see
-pipeline.md), so the grade is added by mutating those messages in place: one
+buffer and re-serialises them (re-encoding through the SDK is ~6x slower: docs/pipeline.md,
+"Measured limits"), so the grade is added by mutating those messages in place: one
 `gen_ai.evaluation.result` event per graded span, and the same `attest.*` values as span
 attributes, because Jaeger's tag search and TraceQL's `span.` scope only see attributes.
 
@@ -18,6 +18,7 @@ from typing import Any
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from attest_otel import semconv
+from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.results import AttrValue, evaluations
 from attest_otel.model import CheckResult, Run
 
@@ -84,6 +85,7 @@ def annotate_spans(
     result: CheckResult,
     *,
     now_ns: int,
+    content: ContentPolicy = KEEP,
 ) -> int:
     """Adds the grade of `run` to its spans in place; returns how many spans were changed.
 
@@ -94,9 +96,10 @@ def annotate_spans(
         run: the run, for its agent span id and, as a fallback, its steps' span ids.
         result: the graded result of `run`.
         now_ns: event timestamp (Unix ns); passed in so tests and replays are stable.
+        content: what of the run's content the events may carry (`attest_otel.content`).
     """
     touched: set[str] = set()
-    for evaluation in evaluations(run, result):
+    for evaluation in evaluations(run, result, content):
         if evaluation.span_id is None:
             continue
         span = spans_by_id.get(evaluation.span_id)

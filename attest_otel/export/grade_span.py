@@ -20,6 +20,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
 from attest_otel import semconv
+from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.results import Attributes, evaluations, run_attributes
 from attest_otel.model import CheckResult, Run
 
@@ -74,6 +75,7 @@ def emit_grade_span(
     result: CheckResult,
     *,
     now_ns: int | None = None,
+    content: ContentPolicy = KEEP,
 ) -> SpanContext:
     """Starts and ends the `attest.grade` span of one graded run; returns its context.
 
@@ -81,7 +83,7 @@ def emit_grade_span(
     root of a new trace, so a graded run file can still be looked at in a trace UI.
     """
     now = time.time_ns() if now_ns is None else now_ns
-    graded = evaluations(run, result)
+    graded = evaluations(run, result, content)
     links: list[Link] = []
     linked: set[str] = set()
     for evaluation in graded:

@@ -19,6 +19,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN, NonRecordingSpan
 
 from attest_otel import semconv
+from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.grade_span import remote_span_context
 from attest_otel.export.results import evaluations
 from attest_otel.model import CheckResult, Run
@@ -56,6 +57,7 @@ def emit_log_events(
     result: CheckResult,
     *,
     now_ns: int | None = None,
+    content: ContentPolicy = KEEP,
 ) -> int:
     """Emits one `gen_ai.evaluation.result` record per finding and one for the run.
 
@@ -65,7 +67,7 @@ def emit_log_events(
     now = time.time_ns() if now_ns is None else now_ns
     with_event_name = _takes_event_name(type(logger).emit)
     count = 0
-    for evaluation in evaluations(run, result):
+    for evaluation in evaluations(run, result, content):
         severity_number, severity_text = _SEVERITY.get(evaluation.severity, _SEVERITY["fail"])
         attributes = dict(evaluation.event_attributes)
         attributes[semconv.EVENT_NAME] = semconv.GEN_AI_EVALUATION_RESULT

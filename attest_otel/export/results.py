@@ -13,51 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from attest_otel import semconv
+from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.model import CheckResult, Finding, Run
 
 AttrValue = str | bool | int | float
 Attributes = dict[str, AttrValue]
-
-TRUNCATED_MARKER = "…[truncated]"
-
-
-@dataclass(frozen=True, slots=True)
-class ContentPolicy:
-    """What of a run's content (explanations quote tool outputs and answers) may leave in
-    events and logs: `keep` it, `truncate` each text to `max_chars` (marker included), or
-    `drop` it (the explanation attribute is left out)."""
-
-    mode: Literal["keep", "truncate", "drop"] = "keep"
-    max_chars: int = 256
-
-    def text(self, value: str) -> str | None:
-        if self.mode == "drop":
-            return None
-        if self.mode == "truncate":
-            return truncate(value, self.max_chars)
-        return value
-
-
-def truncate(value: str, max_chars: int) -> str:
-    """`value` cut to at most `max_chars` characters, the marker included."""
-    if len(value) <= max_chars:
-        return value
-    keep = max(0, max_chars - len(TRUNCATED_MARKER))
-    return value[:keep] + TRUNCATED_MARKER[: max_chars - keep]
-
-
-_content = ContentPolicy()
-
-
-def set_content_policy(policy: ContentPolicy) -> None:
-    """Process-wide: the sidecar sets it once at start (and in each grading process)."""
-    global _content
-    _content = policy
-
-
-def content_policy() -> ContentPolicy:
-    return _content
-
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:
@@ -131,7 +91,7 @@ def call_attributes(finding: Finding) -> Attributes:
     return out
 
 
-def call_event_attributes(finding: Finding) -> Attributes:
+def call_event_attributes(finding: Finding, content: ContentPolicy = KEEP) -> Attributes:
     """The `gen_ai.evaluation.result` attributes of one call (plus the tool's name, so an
     event read away from its span, on the grade span or in a log backend, still says
     which tool it judged)."""
@@ -140,7 +100,7 @@ def call_event_attributes(finding: Finding) -> Attributes:
         semconv.GEN_AI_EVALUATION_SCORE_VALUE: score_value(finding.verdict),
         semconv.GEN_AI_EVALUATION_SCORE_LABEL: finding.verdict,
     }
-    _put(out, semconv.GEN_AI_EVALUATION_EXPLANATION, _content.text(finding.reason))
+    _put(out, semconv.GEN_AI_EVALUATION_EXPLANATION, content.text(finding.reason))
     out[semconv.GEN_AI_TOOL_NAME] = finding.subject
     out.update(call_attributes(finding))
     return out
@@ -156,28 +116,36 @@ def run_attributes(result: CheckResult) -> Attributes:
     }
 
 
-def run_event_attributes(run: Run, result: CheckResult) -> Attributes:
+def run_event_attributes(
+    run: Run, result: CheckResult, content: ContentPolicy = KEEP
+) -> Attributes:
     out: Attributes = {
         semconv.GEN_AI_EVALUATION_NAME: semconv.EVALUATION_NAME_TOOL_USE,
         semconv.GEN_AI_EVALUATION_SCORE_VALUE: float(result.score),
         semconv.GEN_AI_EVALUATION_SCORE_LABEL: result.verdict,
     }
-    _put(out, semconv.GEN_AI_EVALUATION_EXPLANATION, _content.text(result.summary))
+    _put(out, semconv.GEN_AI_EVALUATION_EXPLANATION, content.text(result.summary))
     if run.agent:
         out[semconv.GEN_AI_AGENT_NAME] = run.agent
     out.update(run_attributes(result))
     return out
 
 
-def evaluations(run: Run, result: CheckResult) -> list[Evaluation]:
-    """Every evaluation of a graded run: one per finding in step order, then the run's."""
+def evaluations(
+    run: Run, result: CheckResult, content: ContentPolicy = KEEP
+) -> list[Evaluation]:
+    """Every evaluation of a graded run: one per finding in step order, then the run's.
+
+    `content` decides what of the run's content (explanations quote tool outputs and
+    answers) the event attributes carry; every output passes its own, never a global.
+    """
     out = [
         Evaluation(
             about="call",
             span_id=finding_span_id(run, f),
             severity=f.severity,
             span_attributes=call_attributes(f),
-            event_attributes=call_event_attributes(f),
+            event_attributes=call_event_attributes(f, content),
         )
         for f in result.findings
     ]
@@ -187,7 +155,7 @@ def evaluations(run: Run, result: CheckResult) -> list[Evaluation]:
             span_id=_hex_id(run.span_id),
             severity=run_severity(result),
             span_attributes=run_attributes(result),
-            event_attributes=run_event_attributes(run, result),
+            event_attributes=run_event_attributes(run, result, content),
         )
     )
     return out

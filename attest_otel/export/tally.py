@@ -26,8 +26,8 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from attest_otel.export.prometheus import count_points
 from attest_otel.export.delivery import SignalReport
+from attest_otel.export.prometheus import count_points
 
 __all__ = [
     "CountingLogExporter",

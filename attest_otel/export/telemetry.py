@@ -47,11 +47,11 @@ from opentelemetry.trace import Tracer
 from attest_otel import semconv
 from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.errors import UsageError
+from attest_otel.export.delivery import ENCODE_SIGNAL, ExportReport, SignalReport
 from attest_otel.export.grade_span import emit_grade_span
 from attest_otel.export.log_events import emit_log_events
 from attest_otel.export.metrics import DEFAULT_LABEL_CAP, ToolUseMetrics, metric_views
 from attest_otel.export.prometheus import PrometheusEndpoint, start_prometheus
-from attest_otel.export.delivery import ENCODE_SIGNAL, ExportReport, SignalReport
 from attest_otel.export.tally import (
     CountingLogExporter,
     CountingMetricExporter,

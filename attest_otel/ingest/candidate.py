@@ -109,6 +109,7 @@ GENAI_SCOPE_MARKERS: tuple[str, ...] = (
     "groq",
     "litellm",
     "haystack",
+    "mlflow",  # MLflow tracing: `mlflow.tracing.provider`
     "mcp",
 )
 """A scope whose (lower-cased) name contains one of these marks all its spans as candidates."""

@@ -1,24 +1,49 @@
 """Per-trace holding: spans of GenAI traces wait here until their run is complete.
 
 There is no "trace complete" signal in OTLP (pipeline.md a.), so completeness is inferred,
-as in the Collector's groupbytrace/tail_sampling processors but with one more signal:
+as in the Collector's groupbytrace/tail_sampling processors but from the runs in the trace.
+A run is an agent span and the spans under it (`adapt.tree`: each span belongs to its
+nearest agent ancestor); the agent span ends last in its run, so a run is complete once its
+agent span has arrived and `grace_s` passed without a span (the grace catches stragglers of
+the same batch schedule). The held spans fall into fragments: each span hangs under its
+parent while the parent is held, and a fragment's top is a span whose parent is absent. Then
+a trace is complete when it has an agent span, no span arrived for `grace_s`, and no fragment
+*waits*: a fragment waits when its top is not an agent span, has a parent that has not
+arrived, and holds GenAI-looking spans. That is work of a run whose agent span is still
+running (a multi-agent system: the sub-agent's spans are exported while the outer agent
+thinks on, and the outer agent's first model call hangs under the outer agent span, not yet
+here). So:
 
-- a trace whose *agent span* has arrived is complete once no span has arrived for
-  `grace_s` (the agent span ends last in its run, and its children are usually exported
-  in the same or an earlier batch; the grace catches the stragglers);
+- the whole trace is held until its outermost agent span has arrived, and graded at once:
+  every run graded whole, nested runs with the outer run (see below for why not in parts);
+- a fragment topped by an agent span does not wait for its parent: a web request that runs
+  an agent (the trace's root is not an agent span) is not held for that root;
+- plain spans (a DB call under the request) with an absent parent do not hold anything;
 - a trace without an agent span is released `idle_timeout_s` after its last span (a run
-  rooted at the trace root, or an agent still running: see the README on sizing);
+  rooted at the trace root, or an agent still running), and so is a trace whose waiting
+  fragment's agent span does not arrive within that time;
 - at `max_traces` / `max_spans` / `max_bytes` the oldest traces are released early, so
   memory stays bounded and nothing is dropped.
 
-Whether a trace has an agent span is asked lazily (`probe`), when its quiet period ends,
-over the spans that arrived since the last asking: the question needs the attributes
-decoded, which is the expensive part of the whole sidecar, and the grader needs the same
-decode anyway (the probe's parse is handed on when it covered the whole trace).
+Why not grade a nested run as soon as it is complete and release its spans: the outer run's
+grading needs the nested run's spans too (the tree decides what belongs to whom), so their
+bytes would stay in memory for the trace anyway, and the trace would be graded in parts with
+the bookkeeping that needs. Holding costs latency for the nested run's spans (they go out
+with the outer run's), not memory the limits do not already bound.
+
+The shape (span id -> parent id, which spans look GenAI) is read from the bytes (`wire`)
+when a trace's quiet period ends, over the spans that arrived since the last look, and the
+`probe` says which of them are agent spans: by an exact byte match for the common
+conventions, else by decoding (the expensive part of the whole sidecar; the grader needs the
+same decode anyway, and the probe's parse is handed on when it covered the whole trace).
+An agent span the probe misses only makes its fragment wait longer (up to the idle
+timeout), never releases a run early.
 
 A released trace's id is remembered (`late_cache_traces`, LRU) so a span arriving after
-its trace was graded is recognised as late: forwarded as it is and counted, instead of
-opening a new trace and being graded as a fragment (groupbytrace's behaviour).
+its trace was graded is recognised as late: its spans are held as a *late* trace for
+`grace_s` and released with reason `late`, and the grader grades the trace again with them
+(the earlier spans come from the store), instead of opening a new trace and grading a
+fragment (groupbytrace's behaviour) or forwarding them ungraded.
 
 Spans are held as their OTLP bytes (see `wire`), about 1.05x their size on the wire.
 """
@@ -34,9 +59,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from attest_otel.sidecar.wire import ScopeGroup, encode_groups
+from attest_otel.sidecar.config import BufferConfig
+from attest_otel.sidecar.wire import (
+    GENAI_KEY_BYTES,
+    ScopeGroup,
+    WireError,
+    encode_groups,
+    is_genai_name,
+    span_links,
+    split_request,
+)
 
-__all__ = ["BufferLimits", "HeldTrace", "Routed", "TraceBuffer"]
+__all__ = ["HeldTrace", "Routed", "SpanFacts", "TraceBuffer", "read_shape", "waiting_fragments"]
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +78,7 @@ REASON_COMPLETE = "complete"
 REASON_IDLE = "idle"
 REASON_LIMIT = "limit"
 REASON_SHUTDOWN = "shutdown"
-
-
-@dataclass(frozen=True, slots=True)
-class BufferLimits:
-    grace_s: float = 1.0
-    idle_timeout_s: float = 10.0
-    max_traces: int = 10_000
-    max_spans: int = 200_000
-    max_bytes: int = 256 * 1024 * 1024
-    late_cache_traces: int = 100_000
-    tick_s: float = 0.05
+REASON_LATE = "late"
 
 
 @dataclass(slots=True, eq=False)
@@ -71,8 +95,16 @@ class HeldTrace:
     records: list[int] = field(default_factory=list)
     """Durable-log record ids this trace holds a reference to (see `wal`)."""
     checked: int = 0
-    """Bytes of `data` already probed for an agent span."""
+    """Bytes of `data` whose spans are already in the shape below."""
     has_agent: bool = False
+    parents: dict[bytes, bytes] = field(default_factory=dict)
+    """Span id -> parent span id (b"" at a root), of the spans probed so far."""
+    agents: set[bytes] = field(default_factory=set)
+    """Span ids the probe said are agent spans."""
+    genai: set[bytes] = field(default_factory=set)
+    """Span ids that look GenAI on the wire (scope, name or attribute keys)."""
+    late: bool = False
+    """Spans of a trace that was graded already: released after the grace, graded again."""
     reason: str = ""
     probe: Any = None
     """What the probe parsed, when it covered all of `data` (handed on to the grader)."""
@@ -97,8 +129,20 @@ class Routed:
     """Traces the limits pushed out early; the caller hands them to the grader."""
 
 
-Probe = Callable[[HeldTrace, bytes, bool], bool]
-"""(trace, new bytes, whether they are the whole trace) -> has an agent span."""
+@dataclass(slots=True)
+class SpanFacts:
+    """What the buffer reads of one held span on the wire: enough for the trace's shape."""
+
+    span_id: bytes
+    parent_id: bytes
+    genai: bool
+    record: bytes
+    """The span as cut from its request (what the probe byte-matches)."""
+
+
+Probe = Callable[[HeldTrace, bytes, bool, list[SpanFacts]], set[bytes]]
+"""(trace, new bytes, whether they are the whole trace, their spans) -> the span ids of the
+agent spans among them."""
 Release = Callable[[list[HeldTrace]], None]
 
 
@@ -107,7 +151,7 @@ class TraceBuffer:
 
     def __init__(
         self,
-        limits: BufferLimits,
+        limits: BufferConfig,
         *,
         probe: Probe,
         release: Release,
@@ -168,7 +212,8 @@ class TraceBuffer:
         self, groups: Iterable[ScopeGroup], genai: set[bytes], record: int | None
     ) -> Routed:
         """Holds the spans of held traces and of new GenAI traces (`genai`, raw ids); the
-        rest pass through. Spans of recently graded traces pass through as late."""
+        rest pass through. Spans of recently graded traces are held as a late trace (to be
+        graded again with the spans graded before), and counted as late."""
         passthrough: list[tuple[tuple[bytes, bytes], list[bytes]]] = []
         incoming: dict[bytes, dict[tuple[bytes, bytes], list[bytes]]] = {}
         counts: dict[bytes, int] = {}
@@ -183,7 +228,9 @@ class TraceBuffer:
                 keep: list[bytes] = []
                 context = group.context
                 for trace_id, _name, record_bytes in group.spans:
-                    if trace_id in traces or (trace_id in genai and trace_id not in graded):
+                    if trace_id in traces or trace_id in genai or trace_id in graded:
+                        if trace_id in graded:
+                            late += 1
                         by_origin = incoming.get(trace_id)
                         if by_origin is None:
                             by_origin = incoming[trace_id] = {}
@@ -195,8 +242,6 @@ class TraceBuffer:
                         counts[trace_id] = counts.get(trace_id, 0) + 1
                         held_count += 1
                     else:
-                        if trace_id in graded:
-                            late += 1
                         keep.append(record_bytes)
                 if keep:
                     passed += len(keep)
@@ -223,6 +268,7 @@ class TraceBuffer:
                 deadline_s=deadline,
                 scheduled_s=deadline,
             )
+            trace.late = trace_id in self._graded
             self._traces[trace_id] = trace
             self._push(deadline, trace_id)
         else:
@@ -281,11 +327,9 @@ class TraceBuffer:
                 log.exception("buffer tick failed")
 
     def tick(self) -> None:
-        """Releases due traces; probes for agent spans where the quiet period ended."""
+        """Releases due traces; reads the shape of what arrived where the quiet period ended."""
         due: list[HeldTrace] = []
         probes: list[tuple[HeldTrace, bytes, int, bool]] = []
-        grace = self.limits.grace_s
-        idle = self.limits.idle_timeout_s
         with self._lock:
             now = self._clock()
             heap = self._heap
@@ -298,42 +342,119 @@ class TraceBuffer:
                     trace.scheduled_s = trace.deadline_s
                     self._push(trace.deadline_s, trace_id)
                     continue
-                if trace.has_agent:
-                    due.append(self._take(trace, REASON_COMPLETE))
-                elif now - trace.last_s >= idle:
-                    due.append(self._take(trace, REASON_IDLE))
-                else:
+                if trace.late:
+                    due.append(self._take(trace, REASON_LATE))
+                elif trace.checked < len(trace.data):
                     whole = trace.checked == 0
                     probes.append((trace, bytes(trace.data[trace.checked :]), len(trace.data),
                                    whole))
                     trace.scheduled_s = float("inf")  # no timer while the probe runs
-        found: list[tuple[HeldTrace, int, bool]] = []
+                else:
+                    reason = self._decide(trace, now)
+                    if reason:
+                        due.append(self._take(trace, reason))
+        found: list[tuple[HeldTrace, int, list[SpanFacts], set[bytes]]] = []
         for trace, chunk, upto, whole in probes:
+            spans = read_shape(chunk)
             try:
-                has_agent = self._probe(trace, chunk, whole)
+                agents = self._probe(trace, chunk, whole, spans)
             except Exception:
                 log.exception("agent probe failed for trace %s", trace.trace_id_hex)
-                has_agent = False
-            found.append((trace, upto, has_agent))
+                agents = set()
+            for span in spans:
+                span.record = b""  # the shape keeps ids only
+            found.append((trace, upto, spans, agents))
         if found:
             with self._lock:
                 now = self._clock()
-                for trace, upto, has_agent in found:
+                for trace, upto, spans, agents in found:
                     if self._traces.get(trace.trace_id) is not trace:
                         continue
                     trace.checked = upto
                     if len(trace.data) != upto:
                         trace.probe = None
-                    if has_agent:
+                    for span in spans:
+                        if span.span_id:
+                            trace.parents[span.span_id] = span.parent_id
+                            if span.genai:
+                                trace.genai.add(span.span_id)
+                    trace.agents |= agents
+                    if agents:
                         trace.has_agent = True
-                    if trace.has_agent and now - trace.last_s >= grace:
-                        due.append(self._take(trace, REASON_COMPLETE))
-                        continue
                     if trace.scheduled_s != float("inf"):
                         continue  # new spans arrived meanwhile and set their own timer
-                    when = trace.last_s + (grace if trace.has_agent else idle)
-                    trace.deadline_s = when
-                    trace.scheduled_s = when
-                    self._push(when, trace.trace_id)
+                    reason = self._decide(trace, now)
+                    if reason:
+                        due.append(self._take(trace, reason))
         if due:
             self._release(due)
+
+    def _decide(self, trace: HeldTrace, now: float) -> str:
+        """Why the trace is released now ("" to keep it, with its next timer set)."""
+        quiet = now - trace.last_s
+        complete = trace.has_agent and not waiting_fragments(trace)
+        if complete and quiet >= self.limits.grace_s:
+            return REASON_COMPLETE
+        if quiet >= self.limits.idle_timeout_s:
+            return REASON_IDLE
+        when = trace.last_s + (self.limits.grace_s if complete else self.limits.idle_timeout_s)
+        trace.deadline_s = when
+        trace.scheduled_s = when
+        self._push(when, trace.trace_id)
+        return ""
+
+
+def read_shape(chunk: bytes) -> list[SpanFacts]:
+    """Each span of a request (a held trace's new bytes): its ids and whether it looks GenAI,
+    by the same byte tests the request path classifies traces with. No decoding."""
+    try:
+        groups = split_request(chunk)
+    except WireError:
+        return []
+    out: list[SpanFacts] = []
+    for group in groups:
+        scope = group.is_genai_scope()
+        for _trace_id, name, record in group.spans:
+            span_id, parent_id = span_links(record)
+            genai = scope or is_genai_name(name) or GENAI_KEY_BYTES.search(record) is not None
+            out.append(SpanFacts(span_id, parent_id, genai, record))
+    return out
+
+
+def waiting_fragments(trace: HeldTrace) -> int:
+    """How many fragments of the held spans wait for a span that has not arrived.
+
+    Each span is walked up to its fragment's top (the first span whose parent is not held),
+    memoised, so the whole trace costs one pass; a parent loop in broken data ends the walk.
+    A fragment waits when its top is not an agent span, names a parent, and holds a span
+    that looks GenAI: run work whose agent span (or the tool span that leads to it) is still
+    to come.
+    """
+    parents = trace.parents
+    top_of: dict[bytes, bytes] = {}
+    genai_tops: set[bytes] = set()
+    for span_id in parents:
+        path: list[bytes] = []
+        seen: set[bytes] = set()
+        node = span_id
+        while True:
+            known = top_of.get(node)
+            if known is not None:
+                top = known
+                break
+            path.append(node)
+            seen.add(node)
+            parent = parents[node]
+            if not parent or parent not in parents or parent in seen:
+                top = node
+                break
+            node = parent
+        for visited in path:
+            top_of[visited] = top
+    for span_id in trace.genai:
+        found = top_of.get(span_id)
+        if found is not None:
+            genai_tops.add(found)
+    agents = trace.agents
+    return sum(1 for top in genai_tops
+               if parents[top] and parents[top] not in parents and top not in agents)

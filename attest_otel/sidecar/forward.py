@@ -30,18 +30,18 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from attest_otel.sidecar.config import ForwardConfig
 from attest_otel.sidecar.wire import split_to_size
 
 __all__ = [
     "ForwardItem",
-    "ForwardSettings",
     "ForwardStats",
     "Forwarder",
     "SendResult",
@@ -62,32 +62,6 @@ _MAX_SERVER_DELAY_S = 300.0
 RETRY_LOG_EVERY_S = 10.0
 """One WARNING line per this many seconds while the next hop fails, however many workers
 retry however often: an outage must be visible in the log, not be the log."""
-
-
-@dataclass(frozen=True, slots=True)
-class ForwardSettings:
-    endpoint: str
-    protocol: str = "grpc"
-    headers: Mapping[str, str] = field(default_factory=dict)
-    compression: str = "none"
-    timeout_s: float = 10.0
-    workers: int = 4
-    max_queue_spans: int = 200_000
-    max_queue_bytes: int = 256 * 1024 * 1024
-    max_batch_bytes: int = 1024 * 1024
-    max_request_bytes: int = 4 * 1024 * 1024
-    initial_backoff_s: float = 0.5
-    max_backoff_s: float = 30.0
-    tls_ca_file: Path | None = None
-    """Trusted CA certificates (PEM) of the next hop; else the system's."""
-    tls_cert_file: Path | None = None
-    """Client certificate (PEM) for mTLS, with `tls_key_file`."""
-    tls_key_file: Path | None = None
-
-    @property
-    def tls_files(self) -> bool:
-        return any(f is not None for f in (self.tls_ca_file, self.tls_cert_file,
-                                           self.tls_key_file))
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +147,7 @@ def _rejected(body: bytes) -> tuple[int, str]:
 class GrpcSender:
     """Sends request bytes as they are (no parse, no re-encode) with a raw unary call."""
 
-    def __init__(self, settings: ForwardSettings) -> None:
+    def __init__(self, settings: ForwardConfig) -> None:
         import grpc
 
         self._grpc = grpc
@@ -256,7 +230,7 @@ def _read(path: Path | None) -> bytes | None:
     return path.read_bytes() if path is not None else None
 
 
-def client_ssl_context(settings: ForwardSettings) -> ssl.SSLContext:
+def client_ssl_context(settings: ForwardConfig) -> ssl.SSLContext:
     """TLS to the next hop: its CA file (else the system's), and our certificate for mTLS."""
     context = ssl.create_default_context(
         cafile=str(settings.tls_ca_file) if settings.tls_ca_file else None
@@ -272,7 +246,7 @@ def client_ssl_context(settings: ForwardSettings) -> ssl.SSLContext:
 class HttpSender:
     """OTLP/HTTP protobuf over one keep-alive connection (one sender per worker)."""
 
-    def __init__(self, settings: ForwardSettings) -> None:
+    def __init__(self, settings: ForwardConfig) -> None:
         url = settings.endpoint if "://" in settings.endpoint else f"http://{settings.endpoint}"
         parts = urlsplit(url)
         self._https = parts.scheme == "https" or settings.tls_files
@@ -334,7 +308,7 @@ class HttpSender:
             self._conn = None
 
 
-def make_sender(settings: ForwardSettings) -> Sender:
+def make_sender(settings: ForwardConfig) -> Sender:
     if settings.protocol == "grpc":
         return GrpcSender(settings)
     return HttpSender(settings)
@@ -348,10 +322,10 @@ class Forwarder:
 
     def __init__(
         self,
-        settings: ForwardSettings,
+        settings: ForwardConfig,
         *,
         on_done: Callable[[tuple[int, ...]], None] | None = None,
-        sender_factory: Callable[[ForwardSettings], Sender] = make_sender,
+        sender_factory: Callable[[ForwardConfig], Sender] = make_sender,
     ) -> None:
         self.settings = settings
         self.stats = ForwardStats()

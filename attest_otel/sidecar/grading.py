@@ -19,12 +19,11 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.annotate import annotate_spans
-from attest_otel.export.results import ContentPolicy, set_content_policy
 from attest_otel.model import CheckResult, Run, Step, ToolCall
 from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.sidecar.buffer import HeldTrace
-from attest_otel.sidecar.config import ServiceConfig
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate
 from attest_otel.sidecar.stats import SidecarStats
@@ -55,7 +54,10 @@ class TraceGrader:
         store: StoreWriter | None = None,
         pool: ProcessPoolExecutor | None = None,
         emit_after_worker: Callable[[Run, CheckResult], None] | None = None,
+        content: ContentPolicy = KEEP,
     ) -> None:
+        self.content = content
+        """What of a run's content the grade events written into its spans carry."""
         self.emit_after_worker = emit_after_worker
         """What is left to emit in this process when a worker graded (and logged) a run."""
         self.pool = pool
@@ -66,6 +68,11 @@ class TraceGrader:
         self.stats = stats
         self.emit = emit
         self.store = store
+        self.regrade: Callable[[HeldTrace], None] | None = None
+        """Grades a late trace (spans that arrived after their trace was graded) again with
+        what was graded before (`regrade.Regrader`)."""
+        self.remember: Callable[[str, bytes, list[tuple[Run, CheckResult]]], None] | None = None
+        """Told every graded trace (what a later regrade starts from when there is no store)."""
 
     def grade_run(self, run: Run) -> CheckResult:
         from attest_otel.grade.grader import grade
@@ -98,10 +105,14 @@ class TraceGrader:
         else:
             request = ExportTraceServiceRequest.FromString(original)
             decoded = decode_request(request, source=f"trace {trace.trace_id_hex}")
-        data, runs = grade_decoded(request, decoded, self.policy, self.grade_run)
+        data, runs = grade_decoded(request, decoded, self.policy, self.grade_run, self.content)
         return _Graded(data, runs)
 
     def __call__(self, trace: HeldTrace) -> None:
+        if trace.late and self.regrade is not None:
+            self.stats.graded(trace.reason or "late", 0, False)
+            self.regrade(trace)
+            return
         original = bytes(trace.data)
         try:
             graded = self._grade(trace, original)
@@ -133,6 +144,8 @@ class TraceGrader:
                     emit(run, result)
                 except Exception:
                     log.exception("emitting the grade of a run failed")
+        if self.remember is not None and not graded.failed:
+            self.remember(trace.trace_id_hex, original, graded.runs)
         if self.store is not None:
             now = time.time_ns()
             grades = [
@@ -144,7 +157,8 @@ class TraceGrader:
 
 
 def grade_decoded(
-    request: Any, decoded: Any, policy: Any, grade_run: Callable[[Run], CheckResult]
+    request: Any, decoded: Any, policy: Any, grade_run: Callable[[Run], CheckResult],
+    content: ContentPolicy,
 ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
     """Runs of a decoded trace, graded (`pipeline`) and written into its spans; the
     annotated bytes. The policy's declared dialects read the spans too."""
@@ -154,7 +168,7 @@ def grade_decoded(
     reading = Reading(policy) if policy is not None else None
     for trace in grade_traces(decoded.spans, decoded.logs, reading, grade_run=grade_run):
         for one in trace.runs:
-            annotate_spans(by_id, one.run, one.result, now_ns=now_ns)
+            annotate_spans(by_id, one.run, one.result, now_ns=now_ns, content=content)
             graded.append((one.run, one.result))
     data: bytes = request.SerializeToString()
     return data, graded
@@ -162,32 +176,25 @@ def grade_decoded(
 
 _WORKER_POLICY: Any = None
 _WORKER_TELEMETRY: Any = None
-
-
-def content_policy(config: ServiceConfig) -> ContentPolicy:
-    mode = config.content.mode
-    return ContentPolicy(
-        "drop" if mode == "drop" else "truncate" if mode == "truncate" else "keep",
-        config.content.max_chars,
-    )
+_WORKER_CONTENT: ContentPolicy = KEEP
+"""This process's state, set once by `init_worker`: a spawned process shares nothing."""
 
 
 def init_worker(policy_path: str | None, log_events: dict[str, Any] | None,
-                 content: ContentPolicy | None = None) -> None:
+                 content: ContentPolicy) -> None:
     """Runs once in each grading process (spawned: no inherited threads or sockets).
 
     `log_events` holds `build_telemetry` arguments when the grade log events are on: each
     process sends its own, so the receiving process does not encode them (about 100 us a
     span through the SDK). Metrics stay in the main process, which serves `/metrics`.
     """
-    global _WORKER_POLICY, _WORKER_TELEMETRY
+    global _WORKER_POLICY, _WORKER_TELEMETRY, _WORKER_CONTENT
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _exit_with_parent()
-    if content is not None:
-        set_content_policy(content)
+    _WORKER_CONTENT = content
     if policy_path is not None:
         from attest_otel.config import load_policy
 
@@ -198,7 +205,7 @@ def init_worker(policy_path: str | None, log_events: dict[str, Any] | None,
         from attest_otel.export.telemetry import build_telemetry
 
         _WORKER_TELEMETRY = build_telemetry(spans=False, logs=True, metrics=False,
-                                            prometheus=None, **log_events)
+                                            prometheus=None, content=content, **log_events)
         util.Finalize(None, _WORKER_TELEMETRY.shutdown, exitpriority=10)
 
 
@@ -248,7 +255,7 @@ def grade_in_worker(data: bytes, label: str) -> tuple[bytes, list[tuple[Run, Che
     request = ExportTraceServiceRequest.FromString(data)
     decoded = decode_request(request, source=label)
     annotated, graded = grade_decoded(request, decoded, _WORKER_POLICY,
-                                      lambda run: grade(run, judge=None))
+                                      lambda run: grade(run, judge=None), _WORKER_CONTENT)
     if _WORKER_TELEMETRY is not None:
         for run, result in graded:
             _WORKER_TELEMETRY.emit_grade(run, result, grade_span=False)

@@ -1,11 +1,11 @@
-"""Is there an agent span in these bytes? The buffer asks to know when a trace may be complete."""
+"""Which of these spans are agent spans? The buffer asks to know when a run is complete."""
 
 from __future__ import annotations
 
 import logging
 import re
 
-from attest_otel.sidecar.buffer import HeldTrace
+from attest_otel.sidecar.buffer import HeldTrace, SpanFacts
 
 log = logging.getLogger(__name__)
 
@@ -19,15 +19,21 @@ value (or exact span name), so a match is an agent span. Other conventions are f
 decoding (`agent_probe`); the two answers agree on the fixtures (tests/sidecar)."""
 
 
-def agent_probe(trace: HeldTrace, chunk: bytes, whole: bool, *, keep: bool = True) -> bool:
-    """Whether `chunk` (spans of `trace`) holds an agent span, by the adapters' own test.
+def agent_probe(trace: HeldTrace, chunk: bytes, whole: bool, spans: list[SpanFacts], *,
+                keep: bool = True) -> set[bytes]:
+    """The raw span ids of the agent spans among `spans` (the spans of `chunk`, new spans of
+    `trace`), by the adapters' own test.
 
-    The byte test answers first and needs no decoding. Otherwise the chunk is decoded and
-    each span asked `adapt.detect`; when `chunk` is the whole trace and `keep`, the parse is
-    kept on the trace for the grader (in-process grading only).
+    The byte test answers first, span by span, and needs no decoding: when it finds an agent
+    span in the chunk, the chunk's spans follow one of its two conventions and the others are
+    taken as not agents (a miss only makes the buffer wait longer for a run, see `buffer`).
+    Otherwise the chunk is decoded and each span asked `adapt.detect`; when `chunk` is the
+    whole trace and `keep`, the parse is kept on the trace for the grader (in-process
+    grading only).
     """
-    if AGENT_BYTES.search(chunk) is not None:
-        return True
+    found = {s.span_id for s in spans if AGENT_BYTES.search(s.record) is not None}
+    if found:
+        return found
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
@@ -37,13 +43,14 @@ def agent_probe(trace: HeldTrace, chunk: bytes, whole: bool, *, keep: bool = Tru
 
     request = ExportTraceServiceRequest.FromString(chunk)
     decoded = decode_request(request, source=f"trace {trace.trace_id_hex}")
-    found = False
     for span in decoded.spans:
         if span.attributes:
             hit = detect(span)
             if hit is not None and hit[1] is Role.AGENT:
-                found = True
-                break
+                try:
+                    found.add(bytes.fromhex(span.span_id))
+                except ValueError:
+                    continue
     if whole and keep:
         trace.probe = (request, decoded)
     return found

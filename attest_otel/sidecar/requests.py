@@ -21,6 +21,7 @@ from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wal import DurableLog
 from attest_otel.sidecar.wire import (
     GENAI_KEY_BYTES,
+    DeclaredMarks,
     ScopeGroup,
     WireError,
     encode_groups,
@@ -45,7 +46,10 @@ class RequestPath:
         retry_after_s: float,
         max_backlog_spans: int,
         unready_after_s: float = 30.0,
+        declared: DeclaredMarks | None = None,
     ) -> None:
+        self.declared = declared
+        """The policy's declared dialects: their spans are held like GenAI spans."""
         self.buffer = buffer
         self.forwarder = forwarder
         self.stats = stats
@@ -141,12 +145,20 @@ class RequestPath:
         key_search = GENAI_KEY_BYTES.search
         keys_somewhere = key_search(data) is not None
         known = self.buffer.is_known
+        declared = self.declared
         for group in groups:
-            whole = group.is_genai_scope()
+            whole = group.is_genai_scope() or (
+                declared is not None and declared.scope(group.scope_name())
+            )
             for trace_id, name, record in group.spans:
                 if trace_id in genai or known(trace_id):
                     continue
-                if whole or is_genai_name(name) or (keys_somewhere and key_search(record)):
+                if (
+                    whole
+                    or is_genai_name(name)
+                    or (keys_somewhere and key_search(record))
+                    or (declared is not None and declared.span(name, record))
+                ):
                     genai.add(trace_id)
         return genai
 

@@ -17,9 +17,12 @@ request that cannot be parsed is refused with the protocol's "bad data" answer, 
 that cannot be graded is forwarded ungraded (counted and logged), and a full queue answers
 "try later" so the sender keeps the data.
 
-`build_service(config)` is the factory (every part is built from the config and nothing
-else); `Service.start()` / `Service.shutdown(deadline_s)` the lifecycle. `shutdown` stops
-accepting, grades what is held, forwards and flushes within the deadline.
+`build_service(config)` is the factory: it first loads and checks everything the config
+names (the policy file with its dialects, the model, the content mode against the judge),
+raising every problem at once before a file, thread or port is opened; then each part is
+built from its own section of the config and nothing else. `Service.start()` /
+`Service.shutdown(deadline_s)` are the lifecycle. `shutdown` stops accepting, grades what
+is held, forwards and flushes within the deadline.
 """
 
 from __future__ import annotations
@@ -30,14 +33,17 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
-from attest_otel.export.results import set_content_policy
+from attest_otel.config import Policy, load_policy
+from attest_otel.errors import PolicyError
+from attest_otel.grade.llm import AnthropicJudge, judge_from_env
+from attest_otel.grade.questions import Judge
 from attest_otel.model import CheckResult, Run
 from attest_otel.sidecar.api import GraderApi
-from attest_otel.sidecar.buffer import BufferLimits, HeldTrace, TraceBuffer
+from attest_otel.sidecar.buffer import HeldTrace, SpanFacts, TraceBuffer
 from attest_otel.sidecar.config import ServiceConfig, read_token
-from attest_otel.sidecar.forward import Forwarder, ForwardItem, ForwardSettings
+from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate
-from attest_otel.sidecar.grading import TraceGrader, content_policy, init_worker, warm_worker
+from attest_otel.sidecar.grading import TraceGrader, init_worker, warm_worker
 from attest_otel.sidecar.probe import agent_probe
 from attest_otel.sidecar.receivers import (
     GrpcReceiver,
@@ -46,10 +52,12 @@ from attest_otel.sidecar.receivers import (
     TokenCheck,
     exposure_warning,
 )
+from attest_otel.sidecar.regrade import Regrader
 from attest_otel.sidecar.requests import RequestPath
 from attest_otel.sidecar.stats import SidecarStats, register_metrics
 from attest_otel.sidecar.wal import DurableLog
 from attest_otel.sidecar.wire import (
+    DeclaredMarks,
     split_request,
 )
 from attest_otel.store import StoreWriter, TraceStore
@@ -60,8 +68,12 @@ log = logging.getLogger(__name__)
 class Service:
     """The running sidecar. Build it with `build_service`."""
 
-    def __init__(self, config: ServiceConfig) -> None:
+    def __init__(self, config: ServiceConfig, *, policy: Policy | None = None,
+                 judge: Judge | None = None) -> None:
+        """`policy` and `judge` as `build_service` loaded and checked them (None: none)."""
         self.config = config
+        self.policy = policy
+        self.judge = judge
         self.stats = SidecarStats()
         self.wal: DurableLog | None = (
             DurableLog(config.buffer.dir, segment_bytes=config.buffer.segment_bytes)
@@ -70,39 +82,9 @@ class Service:
         )
         fwd = config.forward
         self.forwarder = Forwarder(
-            ForwardSettings(
-                endpoint=fwd.endpoint,
-                protocol=fwd.protocol,
-                headers=fwd.headers,
-                compression=fwd.compression,
-                timeout_s=fwd.timeout_s,
-                workers=fwd.workers,
-                max_queue_spans=fwd.max_queue_spans,
-                max_queue_bytes=fwd.max_queue_bytes,
-                max_batch_bytes=fwd.max_batch_bytes,
-                max_request_bytes=fwd.max_request_bytes,
-                initial_backoff_s=fwd.initial_backoff_s,
-                max_backoff_s=fwd.max_backoff_s,
-                tls_ca_file=fwd.tls_ca_file,
-                tls_cert_file=fwd.tls_cert_file,
-                tls_key_file=fwd.tls_key_file,
-            ),
-            on_done=self.wal.release if self.wal is not None else None,
+            fwd, on_done=self.wal.release if self.wal is not None else None
         )
-        buf = config.buffer
-        self.buffer = TraceBuffer(
-            BufferLimits(
-                grace_s=buf.grace_s,
-                idle_timeout_s=buf.idle_timeout_s,
-                max_traces=buf.max_traces,
-                max_spans=buf.max_spans,
-                max_bytes=buf.max_bytes,
-                late_cache_traces=buf.late_cache_traces,
-                tick_s=buf.tick_s,
-            ),
-            probe=self._probe,
-            release=self._submit,
-        )
+        self.buffer = TraceBuffer(config.buffer, probe=self._probe, release=self._submit)
         self.requests = RequestPath(
             buffer=self.buffer,
             forwarder=self.forwarder,
@@ -112,8 +94,8 @@ class Service:
             retry_after_s=fwd.retry_after_s,
             max_backlog_spans=config.grading.max_backlog_spans,
             unready_after_s=fwd.unready_after_s,
+            declared=_declared_marks(policy),
         )
-        self.policy: Any = None
         self.gate: ModelGate | None = None
         self.telemetry: Any = None
         self.store: TraceStore | None = None
@@ -132,33 +114,13 @@ class Service:
     # --- wiring ----------------------------------------------------------------------------
 
     def _build_parts(self) -> None:
-        from attest_otel.config import load_policy
         from attest_otel.export.telemetry import build_telemetry
 
         config = self.config
-        set_content_policy(content_policy(config))
-        if config.grading.policy is not None:
-            self.policy = load_policy(config.grading.policy)
         model = config.grading.model
-        if model.enabled:
-            from attest_otel.errors import UsageError
-            from attest_otel.grade.llm import AnthropicJudge, judge_from_env
-
-            env_judge = judge_from_env(model.model)
-            if env_judge is None:
-                raise UsageError("grading.model.enabled is true but no model is available: "
-                                 "set ANTHROPIC_API_KEY")
-            judge = env_judge
-            client = getattr(env_judge, "_client", None)
-            if client is not None:
-                judge = AnthropicJudge(client, model.model,
-                                       max_concurrency=model.max_concurrency,
-                                       content=config.content.mode,
-                                       max_chars=config.content.max_chars)
-            elif config.content.mode != "keep":
-                raise UsageError("content.mode drop/truncate needs the Anthropic judge")
+        if self.judge is not None:
             self.gate = ModelGate(
-                judge,
+                self.judge,
                 sample_rate=model.sample_rate,
                 calls_per_minute=model.calls_per_minute,
                 max_concurrency=model.max_concurrency,
@@ -176,6 +138,7 @@ class Service:
                 label_cap=tel.label_cap,
                 timeout_s=tel.timeout_s,
                 headers=config.forward.headers or None,
+                content=config.content,
             )
             if self.telemetry.meter_provider is not None:
                 from attest_otel import semconv
@@ -206,10 +169,17 @@ class Service:
             stats=self.stats,
             emit=emit,
             store=self.store_writer,
+            content=config.content,
         )
+        regrader = Regrader(  # late spans: the trace graded again, in this process
+            policy=self.policy, grade_run=self.grader.grade_run, forwarder=self.forwarder,
+            stats=self.stats, store=self.store_writer, content=config.content)
+        self.grader.regrade = regrader
+        self.grader.remember = regrader.remember
 
-    def _probe(self, trace: HeldTrace, chunk: bytes, whole: bool) -> bool:
-        return agent_probe(trace, chunk, whole, keep=self._processes is None)
+    def _probe(self, trace: HeldTrace, chunk: bytes, whole: bool,
+               spans: list[SpanFacts]) -> set[bytes]:
+        return agent_probe(trace, chunk, whole, spans, keep=self._processes is None)
 
     def _start_processes(self) -> None:
         """Offline grading in worker processes keeps the receivers' interpreter free: the
@@ -234,7 +204,7 @@ class Service:
             mp_context=multiprocessing.get_context("spawn"),
             initializer=init_worker,
             initargs=(str(policy) if policy is not None else None, log_events,
-                      content_policy(self.config)),
+                      self.config.content),
         )
         try:
             for warmed in [pool.submit(warm_worker) for _ in range(count)]:
@@ -410,7 +380,9 @@ class Service:
                     "spans_received": s.spans_received,
                     "spans_forwarded": self.forwarder.stats.spans_forwarded,
                     "spans_late": s.spans_late,
+                    "late_ungraded": s.late_ungraded,
                     "traces_graded": sum(s.traces_graded.values()),
+                    "traces_regraded": s.traces_regraded,
                     "grade_failures": s.grade_failures,
                     "delivered_all": delivered,
                 },
@@ -448,5 +420,55 @@ def _host(endpoint: str) -> str:
 
 
 def build_service(config: ServiceConfig) -> Service:
-    """The factory: a service wired from `config` alone, not started."""
-    return Service(config)
+    """The factory: every load-time check first, then a service wired from `config`, not
+    started. Raises PolicyError listing every problem (exit 2 from `serve`)."""
+    policy, judge = load_grading(config)
+    return Service(config, policy=policy, judge=judge)
+
+
+def load_grading(config: ServiceConfig) -> tuple[Policy | None, Judge | None]:
+    """The policy file and the model judge the config names, loaded and checked.
+
+    What `load_service_config` cannot check alone: the policy file (with its dialects) is a
+    file of its own, and whether a model can be asked depends on the environment. Every
+    problem goes into one PolicyError naming the config, so a sidecar that cannot grade as
+    configured never opens a port.
+    """
+    problems: list[str] = []
+    policy: Policy | None = None
+    if config.grading.policy is not None:
+        try:
+            policy = load_policy(config.grading.policy)
+        except PolicyError as e:
+            problems.append(f"grading.policy: {e}")
+    judge: Judge | None = None
+    model = config.grading.model
+    if model.enabled:
+        found = judge_from_env(model.model)
+        client = getattr(found, "_client", None)  # an AnthropicJudge: ours, with our settings
+        if found is None:
+            problems.append("grading.model.enabled: true, but no model is available "
+                            "(set ANTHROPIC_API_KEY)")
+        elif client is not None:
+            judge = AnthropicJudge(client, model.model, max_concurrency=model.max_concurrency,
+                                   content=config.content)
+        elif config.content.mode != "keep":
+            problems.append(f"content.mode: {config.content.mode} needs the Anthropic judge "
+                            f"(the model in use is a {type(found).__name__})")
+        else:
+            judge = found
+    if problems:
+        raise PolicyError(config.source, problems)
+    return policy, judge
+
+
+def _declared_marks(policy: Policy | None) -> DeclaredMarks | None:
+    """The byte test for the policy's declared dialects, so their traces are held too."""
+    if policy is None or not policy.dialects:
+        return None
+    marks = [d.markers() for d in policy.dialects]
+    return DeclaredMarks(
+        (k for m in marks for k in m.keys),
+        (sc for m in marks for sc in m.scopes),
+        (n for m in marks for n in m.names),
+    )

@@ -20,14 +20,24 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "attest.sidecar.spans.received": ("counter", "{span}", "Spans accepted by the receivers."),
     "attest.sidecar.spans.forwarded": ("counter", "{span}", "Spans delivered downstream."),
     "attest.sidecar.spans.late": (
-        "counter", "{span}", "Spans that arrived after their trace was graded (sent as is)."),
+        "counter", "{span}", "Spans that arrived after their trace was graded (graded again "
+        "with it)."),
+    "attest.sidecar.spans.late_ungraded": (
+        "counter", "{span}", "Late spans sent as they came: their trace's graded spans were "
+        "no longer kept (store off and memory full, or pruned), or regrading failed."),
     "attest.sidecar.spans.dropped": (
         "counter", "{span}", "Spans given up on, by reason (refused, shutdown, error)."),
     "attest.sidecar.spans.held": ("gauge", "{span}", "Spans held in the trace buffer now."),
     "attest.sidecar.traces.held": ("gauge", "{trace}", "Traces held in the trace buffer now."),
     "attest.sidecar.traces.graded": (
         "counter", "{trace}", "Traces graded, by why they were released "
-        "(complete, idle, limit, shutdown)."),
+        "(complete, idle, limit, shutdown, late: late spans, graded again with the trace)."),
+    "attest.sidecar.traces.regraded": (
+        "counter", "{trace}", "Traces graded again because spans arrived after they were "
+        "graded."),
+    "attest.sidecar.runs.regraded": (
+        "counter", "{run}", "Runs whose grade changed when graded again with late spans (each "
+        "sent as an attest.grade span and stored in place of the old grade)."),
     "attest.sidecar.grade.failures": (
         "counter", "{trace}", "Traces forwarded ungraded because grading failed."),
     "attest.sidecar.queue.spans": ("gauge", "{span}", "Spans queued for forwarding."),
@@ -59,6 +69,9 @@ class SidecarStats:
         self.model_over_budget = 0
         self.grading_spans = 0
         """Spans of traces handed to the grading pool and not yet done."""
+        self.traces_regraded = 0
+        self.runs_regraded = 0
+        self.late_ungraded = 0
 
     def add(self, **counts: int) -> None:
         with self._lock:
@@ -96,6 +109,9 @@ def register_metrics(meter: Any, service: Any) -> None:
         "attest.sidecar.spans.received": one(lambda: stats.spans_received),
         "attest.sidecar.spans.forwarded": one(lambda: forwarder.stats.spans_forwarded),
         "attest.sidecar.spans.late": one(lambda: stats.spans_late),
+        "attest.sidecar.spans.late_ungraded": one(lambda: stats.late_ungraded),
+        "attest.sidecar.traces.regraded": one(lambda: stats.traces_regraded),
+        "attest.sidecar.runs.regraded": one(lambda: stats.runs_regraded),
         "attest.sidecar.spans.dropped": by(lambda: dict(forwarder.stats.dropped).items(),
                                            "reason"),
         "attest.sidecar.spans.held": one(lambda: buffer.held_spans),

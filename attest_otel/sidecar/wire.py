@@ -36,6 +36,7 @@ from attest_otel.ingest.candidate import (
 
 __all__ = [
     "GENAI_KEY_BYTES",
+    "DeclaredMarks",
     "ScopeGroup",
     "WireError",
     "encode_groups",
@@ -43,6 +44,7 @@ __all__ = [
     "field_bytes",
     "is_genai_name",
     "iter_resource_spans",
+    "span_links",
     "split_request",
     "split_to_size",
 ]
@@ -75,6 +77,37 @@ match, which only means a trace is held that need not have been."""
 
 NAME_PREFIXES: tuple[bytes, ...] = tuple(p.encode() for p in GENAI_NAME_PREFIXES)
 NAME_SUFFIXES: tuple[bytes, ...] = tuple(s.encode() for s in GENAI_NAME_SUFFIXES)
+
+
+class DeclaredMarks:
+    """The byte test for the user's declared dialects (a policy file's `dialects:`): a span
+    that shows one of their attribute keys, scope names or span names may be theirs, so its
+    trace is held for grading like a GenAI one (`DeclaredDialect.markers`)."""
+
+    def __init__(self, keys: Iterable[str], scopes: Iterable[str], names: Iterable[str]) -> None:
+        key_list = sorted(set(keys))
+        self.key_pattern: re.Pattern[bytes] | None = (
+            re.compile(
+                rb"\x0a[\x80-\xff]?[\x00-\x7f](?:"
+                + b"|".join(re.escape(k.encode()) for k in key_list)
+                + rb")\x12",
+                re.DOTALL,
+            )
+            if key_list
+            else None
+        )
+        """An attribute key, whole: its length byte(s) before it and the value's tag after."""
+        self.scopes = frozenset(scopes)
+        self.names = tuple(n.encode() for n in set(names))
+        self.any_name = b"" in self.names
+
+    def scope(self, name: str) -> bool:
+        return name in self.scopes
+
+    def span(self, name: bytes, record: bytes) -> bool:
+        if self.any_name or (self.names and name.startswith(self.names)):
+            return True
+        return self.key_pattern is not None and self.key_pattern.search(record) is not None
 
 
 def is_genai_name(name: bytes) -> bool:
@@ -196,6 +229,61 @@ def _span_head(data: bytes, start: int, end: int) -> tuple[bytes, bytes]:
 def span_trace_id(data: bytes, start: int = 0, end: int | None = None) -> bytes:
     """The raw trace id of the span encoded in data[start:end] (b"" when it has none)."""
     return _span_head(data, start, len(data) if end is None else end)[0]
+
+
+def _links_slow(data: bytes, start: int, end: int) -> tuple[bytes, bytes]:
+    span_id = b""
+    parent_id = b""
+    try:
+        for number, wire_type, _tag, vstart, vend in _fields(data, start, end):
+            if wire_type != 2:
+                continue
+            if number == 2:
+                span_id = data[vstart:vend]
+            elif number == 4:
+                parent_id = data[vstart:vend]
+    except (WireError, IndexError):
+        return b"", b""  # unreadable: a span of its own, hung under nothing
+    return span_id, parent_id
+
+
+def span_links(record: bytes) -> tuple[bytes, bytes]:
+    """(raw span id, raw parent span id or b"") of a span record as `split_request` cuts it
+    (the field-2 record of its ScopeSpans, tag and length included).
+
+    The buffer needs the trace's shape (which span hangs under which) to know when a run is
+    complete, without decoding attributes. Fast path for the canonical field order: trace_id
+    (1), span_id (2), trace_state (3), parent_span_id (4); anything else is a field scan.
+    Never raises: a span it cannot read is (b"", b"").
+    """
+    end = len(record)
+    p = 1
+    if end < 2:
+        return b"", b""
+    if record[p] < 0x80:
+        p += 1
+    else:
+        try:
+            _length, p = _varint(record, p, end)
+        except WireError:
+            return b"", b""
+    start = p
+    if end - p >= 28 and record[p] == 0x0A and record[p + 1] == 16 and record[p + 18] == 0x12 \
+            and record[p + 19] == 8:
+        span_id = record[p + 20 : p + 28]
+        p += 28
+        if p < end and record[p] == 0x1A:
+            size = record[p + 1] if p + 1 < end else 0x80
+            if size >= 0x80:
+                return _links_slow(record, start, end)
+            p += 2 + size
+        if p + 1 < end and record[p] == 0x22:
+            size = record[p + 1]
+            if size < 0x80 and p + 2 + size <= end:
+                return span_id, record[p + 2 : p + 2 + size]
+            return _links_slow(record, start, end)
+        return span_id, b""
+    return _links_slow(record, start, end)
 
 
 SpanRef = tuple[bytes, bytes, bytes]

@@ -352,8 +352,28 @@ class StoreWriter:
                 except sqlite3.Error:
                     self.errors += len(items)
                     log.exception("store: could not write %d trace(s)", len(items))
+            for _ in batch:
+                self._queue.task_done()
             if None in batch:
                 return
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Waits until every write queued so far is in the database; False at the timeout.
+
+        The sidecar grades a trace again when spans arrive after it was graded, from what
+        the store holds: the first grading's write must be in before that is read.
+        """
+        if self._thread is None:
+            return self._queue.unfinished_tasks == 0
+        deadline = time.monotonic() + timeout_s
+        done = self._queue.all_tasks_done
+        with done:
+            while self._queue.unfinished_tasks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                done.wait(remaining)
+        return True
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Writes what is queued (up to `timeout_s`), prunes, and closes the store."""

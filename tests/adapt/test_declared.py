@@ -292,8 +292,7 @@ def test_a_policy_file_declares_dialects_beside_its_agents_and_lists_both_kinds_
     with pytest.raises(PolicyError) as info:
         parse_policy("agents:\n  billing: {allowed: [a]}\ndialects:\n  acme:\n    tol: {}\n")
     assert info.value.problems == [
-        "agents.billing.allowed (line 2): unknown key (expected one of: allowed_tools, "
-        "tool_fallbacks)",
+        "agents.billing.allowed (line 2): unknown key (did you mean 'allowed_tools'?)",
         "dialects.acme.tol (line 5): unknown key (did you mean 'tool'?)",
     ]
 
@@ -350,3 +349,15 @@ def test_a_bad_dialect_file_is_one_error_line_and_exit_2(
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith(f"attest-otel: error: {tmp_path}/"), lines[0]
     assert problem.replace("x.yaml", "") in lines[0]
+
+
+def test_a_dialect_file_reads_attribute_names_from_the_environment() -> None:
+    text = ("dialects:\n  acme:\n    tool:\n      when: {attribute: acme.tool}\n"
+            "      name: ${env:ACME_TOOL_NAME:-acme.tool.name}\n")
+    (default,) = parse_dialects(text, "d.yaml", environ={})
+    (named,) = parse_dialects(text, "d.yaml", environ={"ACME_TOOL_NAME": "acme.name"})
+    assert default.rules[0].fields["name"][0].attribute == "acme.tool.name"
+    assert named.rules[0].fields["name"][0].attribute == "acme.name"
+    with pytest.raises(PolicyError, match=r"dialects\.acme\.tool\.name \(line 5\): "
+                                          r"\$\{env:X\}: X is not set"):
+        parse_dialects(text.replace("ACME_TOOL_NAME:-acme.tool.name", "X"), "d.yaml", environ={})

@@ -13,6 +13,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from attest_otel.content import ContentPolicy
 from attest_otel.grade.grader import grade
 from attest_otel.grade.llm import AnthropicJudge
 from attest_otel.grade.llm.cache import AnswerCache
@@ -154,7 +155,7 @@ def test_a_reply_outside_the_schema_is_unchecked_never_a_verdict(
 def test_content_drop_sends_nothing_and_leaves_the_calls_unchecked(
     messages_server: MessagesServer,
 ) -> None:
-    result = grade(hostile_run(), judge=judge_for(messages_server, content="drop"),
+    result = grade(hostile_run(), judge=judge_for(messages_server, content=ContentPolicy("drop")),
                    appropriate=True)
 
     assert messages_server.calls == 0
@@ -172,7 +173,7 @@ def test_content_truncate_keeps_every_field_of_every_request_within_the_limit(
     long_run.final_answer = "Refunded. " + "x" * 5000
     long_run.steps[1].tool_call.output = "Error: declined " + "trace " * 1000  # type: ignore[union-attr]
     messages_server.responder = verdict({"outcome": "silent", "reason": "No mention."})
-    grade(long_run, judge=judge_for(messages_server, content="truncate", max_chars=64),
+    grade(long_run, judge=judge_for(messages_server, content=ContentPolicy("truncate", 64)),
           appropriate=True)
 
     assert messages_server.calls == 3  # one answer check, two tool-choice checks
@@ -186,6 +187,6 @@ def test_content_truncate_keeps_every_field_of_every_request_within_the_limit(
     assert answer["final_answer"].endswith("…[truncated]")
 
 
-def test_judge_refuses_an_unknown_content_mode(messages_server: MessagesServer) -> None:
-    with pytest.raises(ValueError, match="content"):
-        judge_for(messages_server, content="redact")
+def test_an_unknown_content_mode_is_refused_where_the_policy_is_made() -> None:
+    with pytest.raises(ValueError, match="content mode must be one of keep, truncate, drop"):
+        ContentPolicy("redact")  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ Runs = dict[str, tuple[str | None, str, float, dict[str, str]]]
 """Agent span id -> (agent, verdict, score, {tool span id: call verdict})."""
 
 
+
 def _fixtures(tmp: Path) -> list[Path]:
     """Every labelled fixture, as a copy holding only its trace requests."""
     out = []
@@ -64,8 +65,11 @@ def _policy(tmp: Path) -> Path:
             for tool, alts in (policy.get("tool_fallbacks") or {}).items():
                 have = entry["tool_fallbacks"].setdefault(tool, [])
                 have.extend(a for a in alts if a not in have)
+    # A hand-instrumented agent's own attribute names reach the sidecar only through a
+    # declared dialect: the policy carries the one its fixtures are read with.
+    declared = yaml.safe_load((TRACES.parent / "dialects" / "handmade.yaml").read_text())
     path = tmp / "policy.yaml"
-    path.write_text(yaml.safe_dump({"agents": agents}))
+    path.write_text(yaml.safe_dump({"agents": agents, "dialects": declared["dialects"]}))
     return path
 
 

@@ -4,8 +4,6 @@ tests/grade/test_injection.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
@@ -13,12 +11,8 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from attest_otel import semconv
-from attest_otel.export.results import (
-    TRUNCATED_MARKER,
-    ContentPolicy,
-    evaluations,
-    set_content_policy,
-)
+from attest_otel.content import TRUNCATED_MARKER, ContentPolicy
+from attest_otel.export.results import evaluations
 from tests.export.sample import graded_run
 from tests.fakes.messages_server import MessagesServer, verdict
 from tests.sidecar.downstream import Downstream
@@ -30,29 +24,24 @@ EXPLANATION = semconv.GEN_AI_EVALUATION_EXPLANATION
 SECRET = "card 4111-1111-1111-1111 of Jane Roe declined"
 
 
-@pytest.fixture
-def policy() -> Iterator[None]:
-    yield
-    set_content_policy(ContentPolicy())
-
-
-def test_the_one_mapping_keeps_truncates_or_drops_explanations(policy: None) -> None:
+def test_the_one_mapping_keeps_truncates_or_drops_explanations() -> None:
     run, result = graded_run()
     kept = [e.event_attributes.get(EXPLANATION) for e in evaluations(run, result)]
     assert all(isinstance(k, str) for k in kept) and max(len(str(k)) for k in kept) > 40
 
-    set_content_policy(ContentPolicy("truncate", 40))
-    cut = [e.event_attributes.get(EXPLANATION) for e in evaluations(run, result)]
+    truncate = ContentPolicy("truncate", 40)
+    cut = [e.event_attributes.get(EXPLANATION) for e in evaluations(run, result, truncate)]
     for before, after in zip(kept, cut, strict=True):
         assert isinstance(after, str) and len(after) <= 40
         assert after == before or after.endswith(TRUNCATED_MARKER)
     assert any(str(a).endswith(TRUNCATED_MARKER) for a in cut)
 
-    set_content_policy(ContentPolicy("drop"))
-    for evaluation in evaluations(run, result):
+    for evaluation in evaluations(run, result, ContentPolicy("drop")):
         assert EXPLANATION not in evaluation.event_attributes
         # The verdict itself still leaves: only run content is dropped.
         assert semconv.GEN_AI_EVALUATION_SCORE_LABEL in evaluation.event_attributes
+    # Nothing is left behind in the process: the next caller without a policy keeps content.
+    assert evaluations(run, result)[-1].event_attributes.get(EXPLANATION) == kept[-1]
 
 
 def _logged_attributes(downstream: Downstream) -> list[dict[str, object]]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
+from attest_otel.sidecar.config import ForwardConfig
 from attest_otel.sidecar.forward import (
     Forwarder,
     ForwardItem,
-    ForwardSettings,
     SendResult,
     parse_retry_after,
 )
@@ -33,7 +33,7 @@ class ScriptedSender:
 
 
 def _forwarder(sender: ScriptedSender, done: list[tuple[int, ...]], **kw: object) -> Forwarder:
-    settings = ForwardSettings(endpoint="unused:1", workers=1, initial_backoff_s=0.05,
+    settings = ForwardConfig(endpoint="unused:1", workers=1, initial_backoff_s=0.05,
                                max_backoff_s=0.2, **kw)  # type: ignore[arg-type]
     fwd = Forwarder(settings, on_done=done.append, sender_factory=lambda s: sender)
     fwd.start()

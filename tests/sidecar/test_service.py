@@ -184,19 +184,20 @@ from tests.sidecar.test_wire import TRACES  # noqa: E402 - fixtures shared with 
 
 @pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
 def test_the_byte_probe_only_says_agent_where_the_adapters_see_one(path: Path) -> None:
+    """Span by span: the buffer's idea of which runs are complete rests on it."""
     from attest_otel.adapt import Role, detect
     from attest_otel.ingest.decode import decode_request
-    from attest_otel.sidecar.buffer import HeldTrace
+    from attest_otel.sidecar.buffer import HeldTrace, read_shape
     from attest_otel.sidecar.probe import AGENT_BYTES, agent_probe
     from tests.sidecar.test_wire import _fixture_requests
 
     for data in _fixture_requests(path):
         decoded = decode_request(ExportTraceServiceRequest.FromString(data))
-        has_agent = any(
-            (hit := detect(s)) is not None and hit[1] is Role.AGENT
-            for s in decoded.spans if s.attributes
-        )
+        agents = {
+            bytes.fromhex(s.span_id) for s in decoded.spans
+            if s.attributes and (hit := detect(s)) is not None and hit[1] is Role.AGENT
+        }
         if AGENT_BYTES.search(data):
-            assert has_agent, path.name
+            assert agents, path.name
         trace = HeldTrace(b"t" * 16, bytearray(data), 1, 0, 0, 0, 0)
-        assert agent_probe(trace, data, True) == has_agent, path.name
+        assert agent_probe(trace, data, True, read_shape(data)) == agents, path.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,9 @@ import pytest
 from attest_otel.errors import PolicyError
 from attest_otel.sidecar.config import (
     DEFAULTS,
+    FLAG_KEYS,
     MIB,
+    config_lines,
     default_store_path,
     load_service_config,
     parse_host_port,
@@ -76,7 +79,7 @@ def test_every_problem_of_a_file_is_listed_at_once_with_its_line() -> None:
     problems = err.value.problems
     text = "\n".join(problems)
     for needle in (
-        "receivers.htp (line 3): unknown key",
+        "receivers.htp (line 3): unknown key (did you mean 'http'?)",
         "receivers.grpc.endpoint (line 2): 'no-port' is not host:port",
         "receivers.grpc.workers (line 2): must be at least 1",
         "forward.protocol (line 5): must be one of grpc, http/protobuf",
@@ -114,8 +117,6 @@ def _mutate(path: tuple[str, ...], value: Any) -> Callable[[dict[str, Any]], Non
                      "same address", id="the two receivers on one address"),
         pytest.param(_mutate(("forward", "max_batch_size_kib"), 8192), "must not exceed",
                      id="a batch larger than a request"),
-        pytest.param(_mutate(("grading", "policy"), "/nonexistent/policy.yaml"), "no such file",
-                     id="a policy file that is not there"),
         pytest.param(_mutate(("telemetry", "prometheus"), "9464"), "not host:port",
                      id="a Prometheus address without a host"),
     ],
@@ -158,3 +159,185 @@ def test_every_default_key_is_documented_in_the_collector_readme() -> None:
 )
 def test_host_port(text: str, expected: tuple[str, int]) -> None:
     assert parse_host_port(text) == expected
+
+
+# --- one default per key, read by the file, the flags, --help and the README ----------------
+
+
+def _readme_rows() -> dict[str, tuple[str, str]]:
+    """`key` -> (default cell, flag cell) of collector-config/README.md's key table."""
+    readme = (Path(__file__).parents[2] / "collector-config" / "README.md").read_text()
+    rows: dict[str, tuple[str, str]] = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`") and cells[0].endswith("`"):
+            rows[cells[0].strip("`")] = (cells[1], cells[2])
+    return rows
+
+
+def _leaves(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        full = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict) and key != "headers":
+            out.update(_leaves(value, full))
+        else:
+            out[full] = value
+    return out
+
+
+def test_the_readme_table_states_each_default_as_the_dataclasses_define_it() -> None:
+    rows = _readme_rows()
+    wrong = []
+    for key, value in _leaves(DEFAULTS).items():
+        cell = rows[key][0]
+        if value is None or not cell.startswith("`"):
+            continue  # "off", "none", "from OTEL_...": words for "not set"
+        shown = json.dumps(value) if isinstance(value, bool | dict) else value
+        if isinstance(shown, float) and shown.is_integer():
+            shown = int(shown)
+        if cell != f"`{shown}`":
+            wrong.append((key, cell, shown))
+    assert wrong == []
+
+
+def test_every_serve_flag_is_a_config_key_and_the_readme_names_it() -> None:
+    from attest_otel.cli_serve import serve
+
+    flags = {p.name for p in serve.params} - {"config_path", "log_level"}
+    assert flags == set(FLAG_KEYS)
+    rows = _readme_rows()
+    for flag, keys in FLAG_KEYS.items():
+        assert rows[".".join(keys)][1] == f"`--{flag.replace('_', '-')}`", flag
+
+
+def test_the_forward_protocol_written_in_the_file_wins_over_the_otel_variable(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("forward: {endpoint: 'collector:4317', protocol: grpc, compression: none}\n")
+    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+           "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
+    config = load_service_config(path, environ=env)
+    assert (config.forward.protocol, config.forward.compression) == ("grpc", "none")
+    unset = load_service_config(None, {"forward_endpoint": "collector:4317"}, environ=env)
+    assert (unset.forward.protocol, unset.forward.compression) == ("http/protobuf", "gzip")
+
+
+# --- ${env:NAME} in the file --------------------------------------------------------------------
+
+ENV_CONFIG = """\
+forward:
+  endpoint: ${env:NEXT_HOP}
+  headers:
+    authorization: "Bearer ${env:TOKEN}"
+  timeout_s: ${env:TIMEOUT_S:-7}
+telemetry:
+  prometheus: "127.0.0.1:$${env:NOT_EXPANDED}"
+"""
+
+
+def test_tokens_and_endpoints_come_from_the_environment_typed_as_yaml_would_type_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(ENV_CONFIG.replace("  prometheus", "  endpoint"))
+    config = load_service_config(path, environ={"NEXT_HOP": "collector:4317", "TOKEN": "s3cr3t"})
+    assert config.forward.endpoint == "collector:4317"
+    assert dict(config.forward.headers) == {"authorization": "Bearer s3cr3t"}
+    assert config.forward.timeout_s == 7.0  # the default, a number: it was unquoted
+    assert config.telemetry.endpoint == "127.0.0.1:${env:NOT_EXPANDED}"  # $$ is a literal $
+    assert "s3cr3t" not in "\n".join(config_lines(config))
+
+
+def test_an_unset_variable_is_one_problem_naming_the_variable_key_and_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(ENV_CONFIG)
+    with pytest.raises(PolicyError) as err:
+        load_service_config(path, environ={"TIMEOUT_S": "soon"})
+    assert err.value.problems == [
+        "forward.endpoint (line 2): ${env:NEXT_HOP}: NEXT_HOP is not set "
+        "(set it, or give a default: ${env:NEXT_HOP:-value})",
+        "forward.headers.authorization (line 4): ${env:TOKEN}: TOKEN is not set "
+        "(set it, or give a default: ${env:TOKEN:-value})",
+        "forward.timeout_s (line 5): expected a number, got 'soon'",
+        "telemetry.prometheus (line 7): '127.0.0.1:${env:NOT_EXPANDED}' has no numeric port",
+    ]
+
+
+# --- the load-time factory: the policy, the model, the content mode ----------------------------
+
+
+def test_build_service_lists_every_problem_of_what_the_config_names_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attest_otel.sidecar.service import build_service
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("agents:\n  billing:\n    allowed_tool: [a]\n")
+    path = tmp_path / "c.yaml"
+    path.write_text(f"forward: {{endpoint: 'collector:4317'}}\n"
+                    f"grading: {{policy: '{policy}', model: {{enabled: true}}}}\n")
+    config = load_service_config(path, environ={})
+    with pytest.raises(PolicyError) as err:
+        build_service(config)
+    assert err.value.problems == [
+        f"grading.policy: {policy}: agents.billing.allowed_tool (line 3): unknown key "
+        "(did you mean 'allowed_tools'?)",
+        "grading.model.enabled: true, but no model is available (set ANTHROPIC_API_KEY)",
+    ]
+    assert str(err.value).startswith(f"{path}: grading.policy: ")
+
+
+def test_a_policy_file_that_is_not_there_is_refused_by_the_factory(tmp_path: Path) -> None:
+    from attest_otel.sidecar.service import build_service
+
+    config = load_service_config(
+        None, {"forward_endpoint": "collector:4317", "policy": str(tmp_path / "nope.yaml")},
+        environ={},
+    )
+    with pytest.raises(PolicyError, match=r"grading\.policy: .*nope\.yaml: no such file"):
+        build_service(config)
+
+
+@pytest.mark.parametrize(
+    "policy_text",
+    [pytest.param(None, id="a policy path that is not there"),
+     pytest.param("agents: [unclosed\n", id="a policy that is not YAML")],
+)
+def test_serve_with_a_bad_policy_exits_2_with_one_line_and_listens_on_nothing(
+    tmp_path: Path, policy_text: str | None
+) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from tests.sidecar.helpers import REPO, free_port
+
+    policy = tmp_path / "policy.yaml"
+    if policy_text is not None:
+        policy.write_text(policy_text)
+    grpc_port, http_port = free_port(), free_port()
+    # Our own listener on the gRPC port: a sidecar that tried to bind it before checking
+    # the policy would fail with "address in use" (exit 5), not with the policy (exit 2).
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", grpc_port))
+        held.listen()
+        done = subprocess.run(
+            [sys.executable, "-m", "attest_otel.cli", "serve",
+             "--grpc-endpoint", f"127.0.0.1:{grpc_port}",
+             "--http-endpoint", f"127.0.0.1:{http_port}",
+             "--forward-endpoint", "127.0.0.1:1", "--store", str(tmp_path / "store.db"),
+             "--policy", str(policy)],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attest-otel: error: <flags>: grading.policy: ")
+    assert str(policy) in lines[0]
+    with socket.socket() as probe:  # the HTTP port was never taken either
+        probe.bind(("127.0.0.1", http_port))
+    assert not (tmp_path / "store.db").exists()

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from attest_otel.content import KEEP, ContentPolicy, truncate
 from attest_otel.grade.llm.cache import DEFAULT_CACHE, AnswerCache, CheckKind, cache_key
 from attest_otel.grade.llm.failures import describe_failure
 from attest_otel.grade.llm.prompts import (
@@ -115,8 +116,6 @@ CONTENT_DROPPED = "run content is dropped (content: drop), so no model was asked
 
 
 def _truncated(question: Q, max_chars: int) -> Q:
-    from attest_otel.export.results import truncate
-
     changes = {
         f.name: truncate(value, max_chars)
         for f in dataclasses.fields(question)
@@ -134,9 +133,9 @@ class AnthropicJudge:
         model: the model id; defaults to `ATTEST_OTEL_MODEL`, then `DEFAULT_MODEL`.
         max_concurrency: how many calls of one batch may be in flight at once.
         cache: where verdicts are kept; defaults to the process-wide `DEFAULT_CACHE`.
-        content: what of the run may be sent: `keep`; `truncate` every field to
-            `max_chars` (marker included); `drop`: nothing is sent and every question
-            comes back a `ModelFailure` (the call is then `unchecked`).
+        content: what of the run may be sent (`attest_otel.content`): `keep`; `truncate`
+            every field to its `max_chars` (marker included); `drop`: nothing is sent and
+            every question comes back a `ModelFailure` (the call is then `unchecked`).
     """
 
     def __init__(
@@ -146,15 +145,11 @@ class AnthropicJudge:
         *,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         cache: AnswerCache | None = None,
-        content: str = "keep",
-        max_chars: int = 256,
+        content: ContentPolicy = KEEP,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be 1 or more, got {max_concurrency}")
-        if content not in ("keep", "truncate", "drop"):
-            raise ValueError(f"content must be keep, truncate or drop, got {content!r}")
         self.content = content
-        self.max_chars = max_chars
         self.model = resolve_model(model)
         self._client = client
         self._max_concurrency = max_concurrency
@@ -170,11 +165,11 @@ class AnthropicJudge:
         return self._judge(_CHOICE_CHECK, questions)
 
     def _judge(self, check: _Check[Q, V], questions: Sequence[Q]) -> list[V | ModelFailure]:
-        if self.content == "drop":
+        if self.content.mode == "drop":
             dropped = ModelFailure(CONTENT_DROPPED)
             return [dropped for _ in questions]
-        if self.content == "truncate":
-            questions = [_truncated(q, self.max_chars) for q in questions]
+        if self.content.mode == "truncate":
+            questions = [_truncated(q, self.content.max_chars) for q in questions]
         try:
             return self._judge_batch(check, questions)
         except Exception as exc:  # a bug of ours must not take the grade down with it

@@ -1,0 +1,260 @@
+"""Late spans: the trace graded again with the spans that arrived after it was graded.
+
+A span can reach the sidecar after its run was graded: an export delayed past the grace, a
+run that outlived the idle timeout, spans of another process in the same trace. Forwarded
+as they came they would be ungraded, and the run's grade would miss them (a tool call that
+failed, the final answer). So the buffer holds them as a late trace (`buffer.REASON_LATE`)
+and `Regrader` grades the whole trace again: the spans graded before (from the store, where
+every graded trace's spans are kept as they arrived; or, with the store off, from a bounded
+memory of recent traces) plus the late ones. Then
+
+- the late spans are annotated like any graded span and forwarded;
+- each run whose grade changed (or that is new) and whose spans went out before (its agent
+  span, or a call it judges) gets an `attest.grade` span in its trace, as `grade --trace-id
+  --export` sends for spans that already went out: they cannot be changed any more, a new
+  span can join their trace (a run whose spans are all late is annotated in place, like any
+  run). It is built by the
+  same code (`export.grade_span`) and forwarded with the annotated spans, so it goes where
+  they go, through the same queue, retries and durable log;
+- the new grades go into the store, replacing the old ones of the same runs.
+
+Regrading runs in this process (it is rare), and a run is graded afresh with the model
+gate deciding as for any run, so a model check may run again for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from attest_otel.content import KEEP, ContentPolicy
+from attest_otel.model import CheckResult, Run
+from attest_otel.sidecar.buffer import HeldTrace, read_shape
+from attest_otel.sidecar.forward import Forwarder, ForwardItem
+from attest_otel.sidecar.stats import SidecarStats
+from attest_otel.sidecar.wire import iter_resource_spans
+from attest_otel.store import StoredGrade, StoreWriter
+
+__all__ = ["RecentTraces", "Regrader", "grade_span_request"]
+
+log = logging.getLogger(__name__)
+
+RECENT_MAX_BYTES = 64 * 1024 * 1024
+"""What the memory of recent traces may hold when the store is off (oldest forgotten)."""
+
+_STORE_WAIT_S = 2.0
+
+
+@dataclass(slots=True)
+class Prior:
+    """A graded trace as it was graded: its spans as they arrived, its grades by agent span."""
+
+    data: bytes
+    grades: dict[str, dict[str, Any]]
+
+
+class RecentTraces:
+    """Graded traces kept in memory for regrading when there is no store, up to a byte budget
+    (least recently graded forgotten first); a late span of a forgotten trace goes out as it
+    came, counted."""
+
+    def __init__(self, max_bytes: int = RECENT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._items: OrderedDict[str, Prior] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, trace_id: str, data: bytes, grades: dict[str, dict[str, Any]]) -> None:
+        with self._lock:
+            old = self._items.pop(trace_id, None)
+            if old is not None:
+                self.size -= len(old.data)
+                data = old.data + data
+                grades = {**old.grades, **grades}
+            if len(data) > self.max_bytes:
+                return
+            self._items[trace_id] = Prior(data, grades)
+            self.size += len(data)
+            while self.size > self.max_bytes:
+                _, dropped = self._items.popitem(last=False)
+                self.size -= len(dropped.data)
+
+    def get(self, trace_id: str) -> Prior | None:
+        with self._lock:
+            return self._items.get(trace_id)
+
+
+class Regrader:
+    """Grades a late trace again with what was graded before; never raises."""
+
+    def __init__(
+        self,
+        *,
+        policy: Any,
+        grade_run: Callable[[Run], CheckResult],
+        forwarder: Forwarder,
+        stats: SidecarStats,
+        store: StoreWriter | None,
+        content: ContentPolicy = KEEP,
+    ) -> None:
+        self.policy = policy
+        self.grade_run = grade_run
+        self.forwarder = forwarder
+        self.stats = stats
+        self.store = store
+        self.content = content
+        self.recent: RecentTraces | None = RecentTraces() if store is None else None
+        self._spans = _GradeSpans(content)
+
+    def remember(self, trace_id: str, data: bytes, runs: list[tuple[Run, CheckResult]]) -> None:
+        """Called for every graded trace: without a store, its spans are kept for a while."""
+        if self.recent is not None:
+            self.recent.put(trace_id, data, {r.span_id or "": g.to_dict() for r, g in runs})
+
+    def prior(self, trace_id: str) -> Prior | None:
+        if self.store is None:
+            return self.recent.get(trace_id) if self.recent is not None else None
+        if not self.store.flush(_STORE_WAIT_S):
+            log.warning("store: earlier writes still queued; regrading trace %s from what "
+                        "is in", trace_id)
+        stored = self.store.store.get_trace(trace_id)
+        if stored is None:
+            return None
+        return Prior(stored.data, {g.span_id: g.result for g in stored.grades})
+
+    def __call__(self, trace: HeldTrace) -> None:
+        late = bytes(trace.data)
+        trace_id = trace.trace_id_hex
+        try:
+            prior = self.prior(trace_id)
+            if prior is None:
+                log.warning("late spans of trace %s, whose graded spans are no longer kept "
+                            "(store off or pruned): forwarded as they came", trace_id,
+                            extra={"trace_id": trace_id, "spans": trace.spans})
+                self._forward(late, trace)
+                self.stats.add(late_ungraded=trace.spans)
+                return
+            data, changed = self._regrade(trace, prior, late)
+        except Exception:
+            log.exception("regrading failed; forwarding the late spans of trace %s ungraded",
+                          trace_id, extra={"trace_id": trace_id, "spans": trace.spans})
+            self._forward(late, trace)
+            self.stats.add(late_ungraded=trace.spans, grade_failures=1)
+            return
+        self._forward(data, trace)
+        stale = [(run, result) for run, result in changed if not _within(run, result, late)]
+        if stale:
+            try:
+                request, count = self._spans.encode(stale)
+                self.forwarder.offer(ForwardItem(request, count, (), mergeable=True))
+            except Exception:
+                log.exception("could not build the attest.grade spans of trace %s", trace_id)
+        self.stats.add(traces_regraded=1, runs_regraded=len(changed))
+        for run, result in changed:
+            log.info("graded run again", extra={
+                "trace_id": trace_id, "span_id": run.span_id, "agent": run.agent,
+                "verdict": result.verdict, "score": round(result.score, 3),
+                "late_spans": trace.spans, "released": trace.reason})
+        now = time.time_ns()
+        grades = [StoredGrade(trace_id, run.span_id or "", run.agent, now, result.to_dict())
+                  for run, result in changed]
+        if self.store is not None:
+            self.store.put(trace_id, late, trace.spans, grades)
+        elif self.recent is not None:
+            self.recent.put(trace_id, late, {g.span_id: g.result for g in grades})
+
+    def _forward(self, data: bytes, trace: HeldTrace) -> None:
+        self.forwarder.offer(ForwardItem(data, trace.spans, tuple(trace.records), mergeable=True))
+
+    def _regrade(self, trace: HeldTrace, prior: Prior,
+                 late: bytes) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
+        """(the late spans annotated, the runs whose grade is new or changed)."""
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        from attest_otel.ingest.decode import decode_request
+        from attest_otel.sidecar.grading import grade_decoded
+
+        request = ExportTraceServiceRequest.FromString(prior.data + late)
+        decoded = decode_request(request, source=f"trace {trace.trace_id_hex}")
+        _, runs = grade_decoded(request, decoded, self.policy, self.grade_run, self.content)
+        # Both parts are concatenated ResourceSpans records: the late ones come last.
+        keep = sum(1 for _ in iter_resource_spans(late))
+        out = ExportTraceServiceRequest()
+        if keep:
+            out.resource_spans.extend(request.resource_spans[-keep:])
+        changed = [(run, result) for run, result in runs
+                   if prior.grades.get(run.span_id or "") != result.to_dict()]
+        data: bytes = out.SerializeToString()
+        return data, changed
+
+
+def _within(run: Run, result: CheckResult, late: bytes) -> bool:
+    """Whether every span the grade is written onto (the agent span, the judged calls) is
+    among the late spans, so the in-place annotation says it all."""
+    ids = {s.span_id.hex() for s in read_shape(late)}
+    wanted = {run.span_id} | {f.metadata.get("span_id") for f in result.findings}
+    return all(i in ids for i in wanted if i)
+
+
+class _GradeSpans:
+    """`export.grade_span` through an SDK tracer whose spans are collected, not exported:
+    the sidecar forwards them itself, encoded as OTLP."""
+
+    def __init__(self, content: ContentPolicy) -> None:
+        self.content = content
+        self._lock = threading.Lock()
+        self._tracer: Any = None
+        self._collected: list[Any] = []
+
+    def _setup(self) -> Any:
+        from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            SimpleSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        from attest_otel import semconv
+        from attest_otel.export.telemetry import default_resource, package_version
+
+        collected = self._collected
+
+        class Collect(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                collected.extend(spans)
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider(resource=default_resource(), shutdown_on_exit=False,
+                                  span_limits=SpanLimits(max_events=1024, max_links=1024))
+        provider.add_span_processor(SimpleSpanProcessor(Collect()))
+        return provider.get_tracer(semconv.INSTRUMENTATION_SCOPE, package_version())
+
+    def encode(self, runs: list[tuple[Run, CheckResult]]) -> tuple[bytes, int]:
+        """One OTLP request with an `attest.grade` span per run; (bytes, span count)."""
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        from attest_otel.export.grade_span import emit_grade_span
+
+        with self._lock:
+            if self._tracer is None:
+                self._tracer = self._setup()
+            self._collected.clear()
+            for run, result in runs:
+                emit_grade_span(self._tracer, run, result, content=self.content)
+            spans = list(self._collected)
+            self._collected.clear()
+        data: bytes = encode_spans(spans).SerializeToString()
+        return data, len(spans)
+
+
+def grade_span_request(runs: list[tuple[Run, CheckResult]],
+                       content: ContentPolicy = KEEP) -> tuple[bytes, int]:
+    """The `attest.grade` spans of `runs` as one OTLP request (bytes, span count)."""
+    return _GradeSpans(content).encode(runs)
