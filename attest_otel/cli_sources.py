@@ -12,6 +12,9 @@ and `attest-otel report`.
 - `traces_since(...)` and `progress(...)`: the trace ids of a window, and a progress bar
   that shows only on a terminal (a pipe or a CI log gets no bar);
 - `report`: the whole `report` command.
+
+Like `cli.py`, it imports the stages inside the functions that use them, so that loading the
+CLI does not load protobuf, the OTel SDK and the HTTP clients of every source.
 """
 
 from __future__ import annotations

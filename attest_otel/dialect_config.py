@@ -32,6 +32,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from attest_otel.adapt.base import Role
 from attest_otel.adapt.declared import Cond, DeclaredDialect, Field, Rule, Source
+from attest_otel.adapt.detect import BY_NAME
+from attest_otel.adapt.generic import GENERIC
 from attest_otel.errors import PolicyError
 from attest_otel.yamlcheck import BOOL_TAG, STR_TAG, Checker, compose, is_null, kind, read_text
 
@@ -416,7 +418,4 @@ def _opt(value: object) -> str | None:
 
 
 def _builtin_names() -> frozenset[str]:
-    from attest_otel.adapt.detect import BY_NAME
-    from attest_otel.adapt.generic import GENERIC
-
     return frozenset((*BY_NAME, GENERIC.name))

@@ -21,8 +21,13 @@ from attest_otel.ingest.decode import Decoded
 from attest_otel.ingest.sources.base import Source as Source
 from attest_otel.ingest.sources.base import TraceNotFoundError as TraceNotFoundError
 from attest_otel.ingest.sources.base import normalize_trace_id as normalize_trace_id
+from attest_otel.ingest.sources.file import FileSource
 from attest_otel.ingest.sources.http import HttpOptions as HttpOptions
 from attest_otel.ingest.sources.http import parse_headers as parse_headers
+from attest_otel.ingest.sources.jaeger import JaegerSource
+from attest_otel.ingest.sources.phoenix import PhoenixSource
+from attest_otel.ingest.sources.store_source import StoreSource
+from attest_otel.ingest.sources.tempo import TempoSource
 
 __all__ = [
     "SOURCE_KINDS",
@@ -71,24 +76,14 @@ def parse_source(text: str, *, http: HttpOptions | None = None) -> Source:
     if kind in _HTTP_KINDS:
         url = _url(kind, rest)
         if kind == "jaeger":
-            from attest_otel.ingest.sources.jaeger import JaegerSource
-
             return JaegerSource(url, http)
         if kind == "tempo":
-            from attest_otel.ingest.sources.tempo import TempoSource
-
             return TempoSource(url, http)
-        from attest_otel.ingest.sources.phoenix import PhoenixSource
-
         return PhoenixSource(url, http)
     if kind == "file":
         if not rest.strip():
             raise UsageError("--from file: needs a path, e.g. file:traces.jsonl")
-        from attest_otel.ingest.sources.file import FileSource
-
         return FileSource(rest.strip())
-    from attest_otel.ingest.sources.store_source import StoreSource
-
     return StoreSource(rest.strip() or None)
 
 
