@@ -52,8 +52,11 @@ demo: setup
 	@$(BIN)/python examples/demo.py
 	@$(BIN)/python examples/sidecar_demo.py
 
+# Benchmarks are not tests: each prints its table against baselines measured in the same run.
 bench: setup
 	$(BIN)/python bench/bench_grade.py
+	$(BIN)/python bench/bench_stages.py
+	$(BIN)/python bench/bench_sidecar.py
 
 fixtures:
 	tests/fixtures/gen/run.sh

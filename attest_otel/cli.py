@@ -242,8 +242,9 @@ def _parse_fallbacks(
 @click.option(
     "--store",
     "store",
-    type=click.Path(path_type=Path),
-    help="The sidecar's store to read --trace-id from (same as --from store:PATH).",
+    metavar="PATH|URL",
+    help="The sidecar's store to read --trace-id from (same as --from store:PATH); a "
+    "fleet's is postgresql://USER:PASSWORD@HOST/DB.",
 )
 @click.option(
     "--policy",
@@ -291,7 +292,7 @@ def grade(
     insecure: bool,
     timeout_s: float,
     since_s: float | None,
-    store: Path | None,
+    store: str | None,
     policy: Path | None,
     dialect_files: tuple[Path, ...],
     allowed_tools: list[str] | None,
@@ -369,7 +370,9 @@ def grade(
             judge=judge,
         )
         if not graded:
-            where = f"store:{store}" if store is not None else source
+            from attest_otel.store import redact
+
+            where = f"store:{redact(store)}" if store is not None else redact(source)
             raise InputError(where, "no traces in that window: nothing to grade")
         _unused_policy_agents(loaded, [g.trace for g in graded], warn)
         warn.check()

@@ -68,6 +68,8 @@ def setup_logging(level: str) -> None:
     root.setLevel(level.upper())
     # The SDK exporters log every transient failure at WARNING; ours already say it once.
     logging.getLogger("opentelemetry").setLevel(max(logging.ERROR, root.level))
+    # The connection pool logs each failed reconnect; the store's writer says it once.
+    logging.getLogger("psycopg.pool").setLevel(max(logging.ERROR, root.level))
 
 
 @click.command()
@@ -83,8 +85,9 @@ def setup_logging(level: str) -> None:
 @click.option("--forward-protocol", type=click.Choice(PROTOCOLS),
               help="OTLP protocol of the next hop (default: OTEL_EXPORTER_OTLP_PROTOCOL, "
                    f"else {default('forward.protocol')}).")
-@click.option("--store", "store", type=click.Path(path_type=Path),
-              help="Trace and grade store [$XDG_DATA_HOME/attest-otel/store.db].")
+@click.option("--store", "store", metavar="PATH|URL",
+              help="Trace and grade store: a SQLite file [$XDG_DATA_HOME/attest-otel/store.db], "
+                   "or a fleet's shared postgresql://USER:PASSWORD@HOST/DB.")
 @click.option("--policy", type=click.Path(path_type=Path),
               help="Tool-use policy file (allowed tools and fallbacks per agent).")
 @click.option("--prometheus", help="Serve /metrics on HOST:PORT.")
@@ -116,7 +119,7 @@ def serve(
     http_endpoint: str | None,
     forward_endpoint: str | None,
     forward_protocol: str | None,
-    store: Path | None,
+    store: str | None,
     policy: Path | None,
     prometheus: str | None,
     buffer_dir: Path | None,
@@ -148,7 +151,7 @@ def serve(
             "http_endpoint": http_endpoint,
             "forward_endpoint": forward_endpoint,
             "forward_protocol": forward_protocol,
-            "store": str(store) if store else None,
+            "store": store,
             "policy": str(policy) if policy else None,
             "prometheus": prometheus,
             "buffer_dir": str(buffer_dir) if buffer_dir else None,

@@ -130,7 +130,7 @@ def trace_source_options(f: F) -> F:
             default=DEFAULT_SOURCE,
             show_default=True,
             metavar="SOURCE",
-            help="Where the trace is: store:[PATH], jaeger:URL, tempo:URL, "
+            help="Where the trace is: store:[PATH|postgresql://...], jaeger:URL, tempo:URL, "
             "phoenix:URL[#PROJECT] or file:PATH.",
         ),
         click.option(
@@ -347,8 +347,9 @@ def grade_from_source(
     "source",
     default=DEFAULT_SOURCE,
     show_default=True,
-    metavar="store:[PATH]",
-    help="The sidecar's store to read grades from.",
+    metavar="store:[PATH|URL]",
+    help="The sidecars' store to read grades from: a SQLite file, or the fleet's "
+    "store:postgresql://USER:PASSWORD@HOST/DB.",
 )
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(min=1),
               help="Rows in each table.")
@@ -383,16 +384,26 @@ def report(
 
     opened = open_source(source)
     if not isinstance(opened, StoreSource):
-        raise UsageError(f"report reads grades from the store: --from store:[PATH], not {source}")
-    now = time.time_ns()
-    since_ns = since_to_ns(since_s, now_ns=now)
-    records = [
-        reporting.GradeRecord(r.trace_id, r.agent, r.graded_ns, r.result, r.span_id)
-        for r in opened.grades_since(since_ns)
-    ]
+        raise UsageError(f"report reads grades from the store: --from store:[PATH|URL], "
+                         f"not {source}")
     if trace_url is not None and "{trace_id}" not in trace_url:
         raise UsageError(f"--trace-url {trace_url!r} has no {{trace_id}} to fill in")
-    built = reporting.build_report(records, since_ns=since_ns, until_ns=now, limit=limit)
+    now = time.time_ns()
+    since_ns = since_to_ns(since_s, now_ns=now)
+    try:  # a fleet's store counts in SQL; the SQLite file's rows are counted here
+        counted = opened.summary(since_ns, now, limit)
+        if counted is not None:
+            built = reporting.report_from_counts(counted, since_ns=since_ns, until_ns=now,
+                                                 limit=limit)
+        else:
+            records = [
+                reporting.GradeRecord(r.trace_id, r.agent, r.graded_ns, r.result, r.span_id)
+                for r in opened.grades_since(since_ns)
+            ]
+            built = reporting.build_report(records, since_ns=since_ns, until_ns=now,
+                                           limit=limit)
+    finally:
+        opened.close()
     if html_path is not None:
         from attest_otel.report_html import render_html
 

@@ -35,6 +35,7 @@ __all__ = [
     "pass_rates_by_agent",
     "pass_rates_by_tool",
     "render_text",
+    "report_from_counts",
     "table",
     "top_problems",
     "verdicts_by_tool",
@@ -298,6 +299,59 @@ def build_report(
         worst=worst_runs(kept, limit),
         verdicts_by_tool=verdicts_by_tool(kept),
         errors_by_recovery=errors_by_recovery(kept),
+    )
+
+
+def report_from_counts(
+    counts: Any,
+    *,
+    since_ns: int | None,
+    until_ns: int,
+    limit: int = 10,
+) -> Report:
+    """`build_report` from what a store counted itself (a `store.GradeSummary`), for a
+    store too large to read row by row: the same `Report`, field for field (a test holds
+    the two equal), ordered by the same rules."""
+    by_agent: dict[str, list[int]] = {}
+    for agent, passed, total in counts.agents:
+        c = by_agent.setdefault(agent or NO_AGENT, [0, 0])
+        c[0] += passed
+        c[1] += total
+    tools: dict[str, list[int]] = {}
+    verdicts: dict[str, dict[str, int]] = {}
+    problems: dict[tuple[str, str], list[int]] = {}
+    for tool, verdict, severity, calls, runs, tool_runs, tool_passed in counts.calls:
+        c = tools.setdefault(tool, [0, 0, 0, 0])
+        c[0] += tool_passed
+        c[1] += tool_runs
+        c[2] += calls
+        c[3] += calls if severity == "fail" else 0
+        by = verdicts.setdefault(tool, {})
+        by[verdict] = by.get(verdict, 0) + calls
+        if severity != "pass":
+            p = problems.setdefault((verdict, tool), [0, 0])
+            p[0] += calls
+            p[1] += runs
+    found = [Problem(v, t, n, runs, counts.examples.get((v, t), ""))
+             for (v, t), (n, runs) in problems.items()]
+    found.sort(key=lambda p: (-p.count, -p.runs, p.verdict, p.tool))
+    order = sorted(verdicts, key=lambda t: (
+        -(sum(verdicts[t].values()) - verdicts[t].get("correct", 0)),
+        -sum(verdicts[t].values()), t))
+    passed = sum(p for p, _ in by_agent.values())
+    total = sum(n for _, n in by_agent.values())
+    return Report(
+        since_ns=since_ns,
+        until_ns=until_ns,
+        overall=_rate("all runs", passed, total),
+        agents=_worst_first(_rate(name, p, n) for name, (p, n) in by_agent.items()),
+        tools=_worst_first(_rate(tool, p, n, calls=calls, failed_calls=bad)
+                           for tool, (p, n, calls, bad) in tools.items()),
+        problems=found[:limit],
+        worst=[WorstRun(w.trace_id, w.span_id, w.agent, w.graded_ns, w.score, w.verdict,
+                        w.failed_calls, w.summary) for w in counts.worst[:limit]],
+        verdicts_by_tool={tool: verdicts[tool] for tool in order},
+        errors_by_recovery=dict(sorted(counts.recoveries, key=lambda kv: (-kv[1], kv[0]))),
     )
 
 

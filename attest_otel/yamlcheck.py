@@ -55,6 +55,7 @@ __all__ = [
     "TreeReader",
     "compose",
     "file_defaults",
+    "header_problem",
     "is_null",
     "key",
     "kind",
@@ -379,6 +380,30 @@ def _value(node: Node, *, headers: bool) -> Any:
     return _CONSTRUCTOR.construct_object(node, deep=True)
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def header_problem(name: str, value: object) -> str | None:
+    """Why `name: value` cannot be sent as an HTTP header / gRPC metadata entry (None: it can).
+
+    Checked when the config is loaded: a CR or LF in a value would make every request that
+    carries it fail (spans dropped as errors), or split it into two headers. Names are RFC
+    9110 tokens; values printable ASCII (and tab), since gRPC metadata allows no more for
+    text keys."""
+    if not _HEADER_NAME.fullmatch(name):
+        return f"header name {name!r} is not a valid HTTP token"
+    if name.lower().endswith("-bin"):
+        return f"header name {name!r}: binary (-bin) metadata cannot be configured as text"
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        return f"header {name!r}: expected a string value, got {value!r}"
+    text = str(value)
+    bad = next((c for c in text if not (c == "\t" or 32 <= ord(c) < 127)), None)
+    if bad is not None:
+        return (f"header {name!r}: value holds {bad!r} (only printable ASCII is allowed; "
+                "a CR or LF would break every request)")
+    return None
+
+
 def parse_host_port(text: str) -> tuple[str, int]:
     """`host:port` (IPv6 in brackets) -> (host, port); ValueError naming what is wrong."""
     value = text.strip()
@@ -466,7 +491,18 @@ class TreeReader:
                 return Path(text).expanduser()
             return _default_of(f) if spec.computed else None
         if kind == "headers":
-            return dict(self.get(path))
+            value = self.get(path)
+            if not isinstance(value, Mapping):
+                self.problem(path, f"expected a mapping of header names to values, got {value!r}")
+                return {}
+            out: dict[str, str] = {}
+            for name, text in value.items():
+                problem = header_problem(str(name), text)
+                if problem:
+                    self.problem(f"{path}.{name}", problem)
+                else:
+                    out[str(name)] = str(text)
+            return out
         raise AssertionError(f"unknown key kind {kind!r}")  # a bug in the dataclass
 
     def number(self, path: str, *, minimum: float = 0.0, exclusive: bool = True,

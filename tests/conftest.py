@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.fakes.messages_server import MessagesServer
+
+if TYPE_CHECKING:
+    from tests.pg import Postgres
 
 # The live Phoenix group needs its own large venv: it is `make test-phoenix`, not `make test`,
 # and is left out of collection (not skipped) unless that target points at Phoenix.
@@ -37,3 +41,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         f"`sudo apt-get install {packages}` (or `make test` as root) runs them",
         yellow=True,
     )
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A real PostgreSQL server (Debian's package) for the whole session; `.database()`
+    gives each test a database of its own. Skipped (one-line summary) without the package."""
+    from tests.pg import start_postgres, stop_postgres
+
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        stop_postgres(server)

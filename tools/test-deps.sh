@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The Debian programs some tests run as real peers: Prometheus (scrapes the exporter) and
-# Chromium (renders `report --html`). `make test` calls this first.
+# The Debian programs some tests run as real peers: Prometheus (scrapes the exporter),
+# Chromium (renders `report --html`) and PostgreSQL (the fleet's shared store; the tests run
+# initdb + pg_ctl as the package's unprivileged `postgres` user when root). `make test`
+# calls this first.
 #
 # As root, missing ones are installed with apt-get, as CI does. Otherwise nothing is
 # installed: the line below says what is missing, and pytest skips the tests that need it
@@ -8,12 +10,18 @@
 # so a skip can never hide a failure in CI.
 set -euo pipefail
 
-# program:package pairs; the program is looked up on PATH.
-wanted=(prometheus:prometheus chromium:chromium)
+# program:package pairs; the program is looked up on PATH, and PostgreSQL's server programs
+# where Debian keeps them (/usr/lib/postgresql/VERSION/bin, not on PATH).
+wanted=(prometheus:prometheus chromium:chromium pg_ctl:postgresql)
+
+have() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  [ "$1" = pg_ctl ] && compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null
+}
 
 missing=()
 for pair in "${wanted[@]}"; do
-  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
+  have "${pair%%:*}" || missing+=("${pair##*:}")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -8,21 +8,26 @@ attributes, because Jaeger's tag search and TraceQL's `span.` scope only see att
 
 Annotating twice (a late span re-graded the trace) replaces the previous grade instead
 of piling up events and stale attributes.
+
+`annotation_bytes` is the same grade as the bytes to append to each span's encoding
+(`export.otlp_bytes`): the sidecar's path for spans that carry no grade yet, which skips
+building messages and re-serialising the whole trace (about 25 us a GenAI span).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from attest_otel import semconv
 from attest_otel.content import KEEP, ContentPolicy
+from attest_otel.export.otlp_bytes import fixed64, key_values, length_delimited
 from attest_otel.export.results import AttrValue, evaluations
 from attest_otel.model import CheckResult, Run
 
-__all__ = ["annotate_spans", "any_value"]
+__all__ = ["GRADE_MARKS", "annotate_spans", "annotation_bytes", "any_value"]
 
 _OWNED_KEYS = frozenset(
     {
@@ -41,6 +46,11 @@ _OWNED_KEYS = frozenset(
 )
 """Span attributes a grade owns: removed before a new grade writes its own, so a value that
 became null (say, a recovery) does not survive from the previous grade."""
+
+GRADE_MARKS = (b"attest.", semconv.GEN_AI_EVALUATION_RESULT.encode())
+"""Bytes every previous grade leaves in a span (its attribute keys, its event's name):
+spans without them can take `annotation_bytes`; the others need `annotate_spans`, which
+removes the old grade first."""
 
 
 def any_value(value: AttrValue) -> AnyValue:
@@ -120,3 +130,40 @@ def annotate_spans(
             attributes=_key_values(evaluation.event_attributes),
         )
     return len(touched)
+
+
+_EVENT_NAME = length_delimited(0x12, semconv.GEN_AI_EVALUATION_RESULT.encode())
+
+
+def annotation_bytes(
+    graded: Iterable[tuple[Run, CheckResult]],
+    *,
+    now_ns: int,
+    content: ContentPolicy = KEEP,
+) -> dict[str, bytes]:
+    """What `annotate_spans` adds, run after run, as bytes: lowercase hex span id -> the
+    attributes (field 9) and `gen_ai.evaluation.result` events (field 11) to append to that
+    span's encoding. Only for spans that hold no grade yet (`GRADE_MARKS`).
+
+    As in `annotate_spans`, a run that touches a span replaces what an earlier run wrote on
+    it, and a key written twice within one run keeps its first place with the last value.
+    """
+    per_span: dict[str, tuple[dict[str, AttrValue], list[bytes]]] = {}
+    time_field = fixed64(0x09, now_ns)
+    for run, result in graded:
+        touched: set[str] = set()
+        for evaluation in evaluations(run, result, content):
+            span_id = evaluation.span_id
+            if span_id is None:
+                continue
+            if span_id not in touched:
+                touched.add(span_id)
+                per_span[span_id] = ({}, [])
+            attributes, events = per_span[span_id]
+            attributes.update(evaluation.span_attributes)
+            events.append(length_delimited(
+                0x5A, time_field + _EVENT_NAME + key_values(0x1A, evaluation.event_attributes)))
+    return {
+        span_id: key_values(0x4A, attributes) + b"".join(events)
+        for span_id, (attributes, events) in per_span.items()
+    }

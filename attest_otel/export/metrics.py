@@ -2,8 +2,12 @@
 
 Tool and agent names come from the traces we grade, i.e. from someone else's code: an
 agent that invents tool names (or a prompt injection that does it for it) must not be
-able to create unbounded time series. Each such label keeps its first `limit` distinct
-values; later ones are counted under `other`, and a warning says so once.
+able to create unbounded time series, or one enormous one. Each value is cut to
+`max_chars` characters; each such label keeps at most `limit` distinct values, and a new
+value beyond them is counted under `other` (a warning says so once) unless the least
+recently seen value has not been seen for `ttl_s`: that one gives its place. So a burst of
+invented names cannot push the real ones into `other` for longer than the burst plus
+`ttl_s`, and a name still in use never loses its series.
 
 Measurements are recorded inside a context whose current span is the graded span (marked
 sampled), so the SDK's default `trace_based` exemplar filter keeps them as exemplars and
@@ -16,6 +20,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -24,39 +31,58 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.trace import INVALID_SPAN, NonRecordingSpan
 
 from attest_otel import semconv
+from attest_otel.content import truncate
 from attest_otel.export.grade_span import remote_span_context
 from attest_otel.export.results import finding_span_id
 from attest_otel.model import CheckResult, Run
 
-__all__ = ["DEFAULT_LABEL_CAP", "LabelCap", "ToolUseMetrics", "metric_views"]
+__all__ = ["DEFAULT_LABEL_CAP", "DEFAULT_LABEL_MAX_CHARS", "DEFAULT_LABEL_TTL_S", "LabelCap",
+           "ToolUseMetrics", "metric_views"]
 
 _log = logging.getLogger(__name__)
 
 DEFAULT_LABEL_CAP = 100
+DEFAULT_LABEL_MAX_CHARS = 128
+DEFAULT_LABEL_TTL_S = 3600.0
 
 
 class LabelCap:
-    """Keeps at most `limit` distinct values per label key; the rest become `other`.
+    """At most `limit` distinct values per label key, each cut to `max_chars`; the rest
+    become `other` until an admitted value goes unseen for `ttl_s`.
 
-    First come, first kept: a value once admitted stays, so an existing series never
-    changes name. Thread-safe, since the sidecar grades on several threads.
+    A value in use keeps its series (its last use is refreshed on every call); one unseen
+    for `ttl_s` is forgotten when a new value needs its place. Thread-safe, since the
+    sidecar grades on several threads.
     """
 
-    def __init__(self, limit: int = DEFAULT_LABEL_CAP) -> None:
+    def __init__(self, limit: int = DEFAULT_LABEL_CAP, *,
+                 max_chars: int = DEFAULT_LABEL_MAX_CHARS, ttl_s: float = DEFAULT_LABEL_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if limit < 1:
             raise ValueError(f"label cap must be at least 1, got {limit}")
         self.limit = limit
-        self._seen: dict[str, set[str]] = {}
+        self.max_chars = max_chars
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._seen: dict[str, OrderedDict[str, float]] = {}
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
     def __call__(self, key: str, value: str) -> str:
+        value = truncate(value, self.max_chars)
+        now = self._clock()
         with self._lock:
-            seen = self._seen.setdefault(key, set())
+            seen = self._seen.setdefault(key, OrderedDict())
             if value in seen:
+                seen[value] = now
+                seen.move_to_end(value)
                 return value
+            if len(seen) >= self.limit:
+                oldest, last = next(iter(seen.items()))
+                if now - last >= self.ttl_s:
+                    del seen[oldest]
             if len(seen) < self.limit:
-                seen.add(value)
+                seen[value] = now
                 return value
             if key not in self._warned:
                 self._warned.add(key)
@@ -92,8 +118,10 @@ def _span_context(trace_id: str | None, span_id: str | None) -> Context:
 class ToolUseMetrics:
     """The four instruments, and how one graded run is recorded on them."""
 
-    def __init__(self, meter: Meter, *, label_cap: int = DEFAULT_LABEL_CAP) -> None:
-        self.cap = LabelCap(label_cap)
+    def __init__(self, meter: Meter, *, label_cap: int = DEFAULT_LABEL_CAP,
+                 label_max_chars: int = DEFAULT_LABEL_MAX_CHARS,
+                 label_ttl_s: float = DEFAULT_LABEL_TTL_S) -> None:
+        self.cap = LabelCap(label_cap, max_chars=label_max_chars, ttl_s=label_ttl_s)
         self._score = meter.create_histogram(
             semconv.METRIC_SCORE,
             unit=semconv.METRIC_SCORE_UNIT,

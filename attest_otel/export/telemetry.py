@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
-from typing import Literal
+from typing import Any, Literal
 
 from opentelemetry._logs import Logger
 from opentelemetry.sdk._logs import LoggerProvider
@@ -50,7 +50,13 @@ from attest_otel.errors import UsageError
 from attest_otel.export.delivery import ENCODE_SIGNAL, ExportReport, SignalReport
 from attest_otel.export.grade_span import emit_grade_span
 from attest_otel.export.log_events import emit_log_events
-from attest_otel.export.metrics import DEFAULT_LABEL_CAP, ToolUseMetrics, metric_views
+from attest_otel.export.metrics import (
+    DEFAULT_LABEL_CAP,
+    DEFAULT_LABEL_MAX_CHARS,
+    DEFAULT_LABEL_TTL_S,
+    ToolUseMetrics,
+    metric_views,
+)
 from attest_otel.export.prometheus import PrometheusEndpoint, start_prometheus
 from attest_otel.export.tally import (
     CountingLogExporter,
@@ -62,7 +68,7 @@ from attest_otel.export.tally import (
 )
 from attest_otel.model import CheckResult, Run
 
-__all__ = ["Telemetry", "build_telemetry", "default_resource", "resolve_endpoint"]
+__all__ = ["ExportTls", "Telemetry", "build_telemetry", "default_resource", "resolve_endpoint"]
 
 _log = logging.getLogger(__name__)
 
@@ -167,57 +173,109 @@ def _span_limit(env_name: str) -> int | None:
     return None if _env(env_name) else _SPAN_LIMIT_DEFAULT
 
 
+@dataclass(frozen=True, slots=True)
+class ExportTls:
+    """TLS material of the OTLP exporters (PEM paths): the CA to trust instead of the
+    system's, and a client certificate for mTLS. The sidecar hands its forward TLS here when
+    the grade outputs go to the forward host, so they never go there in cleartext."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def grpc_credentials(self) -> Any:
+        import grpc
+
+        def read(path: str | None) -> bytes | None:
+            if path is None:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        return grpc.ssl_channel_credentials(root_certificates=read(self.ca_file),
+                                            private_key=read(self.key_file),
+                                            certificate_chain=read(self.cert_file))
+
+    def http_kwargs(self) -> dict[str, Any]:
+        return {"certificate_file": self.ca_file, "client_certificate_file": self.cert_file,
+                "client_key_file": self.key_file}
+
+
+def _https(url: str) -> str:
+    return "https://" + url.split("://", 1)[1] if "://" in url else f"https://{url}"
+
+
 def _grpc_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
     # None, not {}: the gRPC exporter reads OTEL_EXPORTER_OTLP_HEADERS only when given None.
     return dict(headers) if headers else None
 
 
 def _span_exporter(
-    protocol: OtlpProtocol, url: str, headers: Mapping[str, str] | None, timeout_s: float
+    protocol: OtlpProtocol, url: str, headers: Mapping[str, str] | None, timeout_s: float,
+    tls: ExportTls | None = None,
 ) -> SpanExporter:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcSpanExporter,
         )
 
+        if tls is not None:
+            return GrpcSpanExporter(endpoint=url, headers=_grpc_headers(headers), timeout=timeout_s,
+                              insecure=False, credentials=tls.grpc_credentials())
         return GrpcSpanExporter(endpoint=url, headers=_grpc_headers(headers), timeout=timeout_s)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpSpanExporter,
     )
 
-    return HttpSpanExporter(endpoint=url, headers=headers, timeout=timeout_s)
+    return HttpSpanExporter(endpoint=url, headers=headers, timeout=timeout_s,
+                      **(tls.http_kwargs() if tls is not None else {}))
 
 
 def _log_exporter(
-    protocol: OtlpProtocol, url: str, headers: Mapping[str, str] | None, timeout_s: float
+    protocol: OtlpProtocol, url: str, headers: Mapping[str, str] | None, timeout_s: float,
+    tls: ExportTls | None = None,
 ) -> LogRecordExporter:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
             OTLPLogExporter as GrpcLogExporter,
         )
 
+        if tls is not None:
+            return GrpcLogExporter(endpoint=url, headers=_grpc_headers(headers), timeout=timeout_s,
+                              insecure=False, credentials=tls.grpc_credentials())
         return GrpcLogExporter(endpoint=url, headers=_grpc_headers(headers), timeout=timeout_s)
     from opentelemetry.exporter.otlp.proto.http._log_exporter import (
         OTLPLogExporter as HttpLogExporter,
     )
 
-    return HttpLogExporter(endpoint=url, headers=headers, timeout=timeout_s)
+    return HttpLogExporter(endpoint=url, headers=headers, timeout=timeout_s,
+                      **(tls.http_kwargs() if tls is not None else {}))
 
 
 def _metric_exporter(
-    protocol: OtlpProtocol, url: str, headers: Mapping[str, str] | None, timeout_s: float
+    protocol: OtlpProtocol, url: str, headers: Mapping[str, str] | None, timeout_s: float,
+    tls: ExportTls | None = None,
 ) -> MetricExporter:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
             OTLPMetricExporter as GrpcMetricExporter,
         )
 
+        if tls is not None:
+            return GrpcMetricExporter(endpoint=url, headers=_grpc_headers(headers),
+                                      timeout=timeout_s, insecure=False,
+                                      credentials=tls.grpc_credentials())
         return GrpcMetricExporter(endpoint=url, headers=_grpc_headers(headers), timeout=timeout_s)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
         OTLPMetricExporter as HttpMetricExporter,
     )
 
-    return HttpMetricExporter(endpoint=url, headers=headers, timeout=timeout_s)
+    return HttpMetricExporter(endpoint=url, headers=headers, timeout=timeout_s,
+                      **(tls.http_kwargs() if tls is not None else {}))
+
+
+def _tls_url(url: str, tls: ExportTls | None) -> str:
+    return _https(url) if tls is not None else url
 
 
 def _destination(url: str, protocol: OtlpProtocol) -> str:
@@ -392,9 +450,12 @@ def build_telemetry(
     metrics: bool,
     prometheus: str | None,
     label_cap: int = DEFAULT_LABEL_CAP,
+    label_max_chars: int = DEFAULT_LABEL_MAX_CHARS,
+    label_ttl_s: float = DEFAULT_LABEL_TTL_S,
     timeout_s: float = 5.0,
     headers: Mapping[str, str] | None = None,
     content: ContentPolicy = KEEP,
+    tls: ExportTls | None = None,
 ) -> Telemetry:
     """Builds the outputs that are turned on.
 
@@ -408,9 +469,13 @@ def build_telemetry(
         metrics: export the metrics over OTLP.
         prometheus: HOST:PORT to serve `/metrics` on (port 0: any free port).
         label_cap: distinct tool / agent names kept per metric label.
+        label_max_chars: a label value is cut to this many characters.
+        label_ttl_s: a label value unseen this long gives its place to a new one.
         timeout_s: per export request, retries included; also bounds flush and shutdown.
         headers: OTLP headers; None reads OTEL_EXPORTER_OTLP_<SIGNAL>_HEADERS / _HEADERS.
         content: what of a run's content the grade span and log events carry.
+        tls: TLS material for the OTLP exporters; given, the endpoint is spoken to over
+            TLS whatever its scheme.
     """
     if timeout_s <= 0:
         raise UsageError(f"export timeout must be positive, got {timeout_s}")
@@ -433,7 +498,10 @@ def build_telemetry(
             metrics=metrics,
             prometheus=prometheus,
             label_cap=label_cap,
+            label_max_chars=label_max_chars,
+            label_ttl_s=label_ttl_s,
             headers=headers,
+            tls=tls,
         )
     except BaseException:
         # Half-built outputs own threads and sockets; do not leak them with the error.
@@ -454,12 +522,15 @@ def _configure(
     prometheus: str | None,
     label_cap: int,
     headers: Mapping[str, str] | None,
+    label_max_chars: int = DEFAULT_LABEL_MAX_CHARS,
+    label_ttl_s: float = DEFAULT_LABEL_TTL_S,
+    tls: ExportTls | None = None,
 ) -> None:
     resource = telemetry.resource
     timeout_s = telemetry.timeout_s
     if spans:
         proto = resolve_protocol("traces", protocol)
-        url = resolve_endpoint("traces", proto, endpoint)
+        url = _tls_url(resolve_endpoint("traces", proto, endpoint), tls)
         tally = Tally("traces", _destination(url, proto), "span", endpoint_probe(url))
         provider = TracerProvider(
             sampler=ALWAYS_ON,
@@ -470,7 +541,7 @@ def _configure(
                 max_links=_span_limit("OTEL_SPAN_LINK_COUNT_LIMIT"),
             ),
         )
-        exporter = CountingSpanExporter(_span_exporter(proto, url, headers, timeout_s), tally)
+        exporter = CountingSpanExporter(_span_exporter(proto, url, headers, timeout_s, tls), tally)
         provider.add_span_processor(BatchSpanProcessor(exporter))
         telemetry.tracer_provider = provider
         telemetry.tracer = provider.get_tracer(semconv.INSTRUMENTATION_SCOPE, package_version())
@@ -478,10 +549,11 @@ def _configure(
 
     if logs:
         proto = resolve_protocol("logs", protocol)
-        url = resolve_endpoint("logs", proto, endpoint)
+        url = _tls_url(resolve_endpoint("logs", proto, endpoint), tls)
         tally = Tally("logs", _destination(url, proto), "log record", endpoint_probe(url))
         log_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
-        log_exporter = CountingLogExporter(_log_exporter(proto, url, headers, timeout_s), tally)
+        log_exporter = CountingLogExporter(
+            _log_exporter(proto, url, headers, timeout_s, tls), tally)
         log_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
         telemetry.logger_provider = log_provider
         telemetry.logger = log_provider.get_logger(
@@ -492,10 +564,10 @@ def _configure(
     readers: list[MetricReader] = []
     if metrics:
         proto = resolve_protocol("metrics", protocol)
-        url = resolve_endpoint("metrics", proto, endpoint)
+        url = _tls_url(resolve_endpoint("metrics", proto, endpoint), tls)
         tally = Tally("metrics", _destination(url, proto), "metric point", endpoint_probe(url))
         metric_exporter = CountingMetricExporter(
-            _metric_exporter(proto, url, headers, timeout_s), tally
+            _metric_exporter(proto, url, headers, timeout_s, tls), tally
         )
         readers.append(
             PeriodicExportingMetricReader(metric_exporter, export_timeout_millis=timeout_s * 1000)
@@ -513,4 +585,6 @@ def _configure(
         )
         telemetry.meter_provider = meter_provider
         meter = meter_provider.get_meter(semconv.INSTRUMENTATION_SCOPE, package_version())
-        telemetry.metrics = ToolUseMetrics(meter, label_cap=label_cap)
+        telemetry.metrics = ToolUseMetrics(meter, label_cap=label_cap,
+                                           label_max_chars=label_max_chars,
+                                           label_ttl_s=label_ttl_s)

@@ -1,4 +1,12 @@
-"""`attest_otel.v1.Grader` on the gRPC port (proto/attest_otel/v1/grader.proto)."""
+"""`attest_otel.v1.Grader` on the gRPC port (proto/attest_otel/v1/grader.proto).
+
+Both calls sit behind the Grader API's own token (`receivers.grader_token_file`, checked by
+the receivers' interceptor): `GradeTrace` returns stored content and `GradeRun` may spend
+the model budget, neither of which a sender of spans should get with its ingest token.
+What `GradeTrace` returns obeys the content policy, as the store does: with `truncate` the
+texts of the run and of its grade are cut, with `drop` the answer holds the stored grades
+only (no run content, none is kept).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +16,12 @@ import grpc
 from google.protobuf import json_format  # type: ignore[import-untyped]
 
 from attest_otel._proto.attest_otel.v1 import grader_pb2, result_pb2
+from attest_otel.content import ContentPolicy
 from attest_otel.errors import InputError
 from attest_otel.ingest.decode import decode_bytes
 from attest_otel.model import run_from_dict, run_to_dict
 from attest_otel.pipeline import Reading, grade_traces
+from attest_otel.store.scrub import scrub_result
 
 
 class GraderApi:
@@ -45,6 +55,16 @@ class GraderApi:
         if stored is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"trace {trace_id} is not in the store")
             raise AssertionError("abort raises")
+        content = self.service.config.content
+        response = grader_pb2.GradeTraceResponse(trace_id=trace_id)
+        if not stored.data:  # content: drop keeps grades only
+            for grade in stored.grades:
+                response.runs.append(grader_pb2.GradedRun(
+                    span_id=grade.span_id, agent=grade.agent or "",
+                    result=json_format.ParseDict(scrub_result(grade.result, content),
+                                                 result_pb2.CheckResult(),
+                                                 ignore_unknown_fields=True)))
+            return response
         decoded = decode_bytes(stored.data, "application/x-protobuf",
                                source=f"store trace {trace_id}")
         policy = self.service.policy
@@ -54,18 +74,43 @@ class GraderApi:
             Reading(policy) if policy is not None else None,
             stored={g.span_id: g.result for g in stored.grades},
         )
-        response = grader_pb2.GradeTraceResponse(trace_id=trace_id)
         for trace in graded:
             for one in trace.runs:
                 response.runs.append(
                     grader_pb2.GradedRun(
                         span_id=one.run.span_id or "",
                         agent=one.run.agent or "",
-                        run=json_format.ParseDict(run_to_dict(one.run), result_pb2.Run(),
+                        run=json_format.ParseDict(_run_dict(one.run, content), result_pb2.Run(),
                                                   ignore_unknown_fields=True),
-                        result=json_format.ParseDict(one.result.to_dict(),
+                        result=json_format.ParseDict(scrub_result(one.result.to_dict(),
+                                                                  content),
                                                      result_pb2.CheckResult(),
                                                      ignore_unknown_fields=True),
                     )
                 )
         return response
+
+
+def _run_dict(run: Any, content: ContentPolicy) -> dict[str, Any]:
+    """A run as `GradeTrace` may return it: every text cut (or left out) by the policy."""
+    data: dict[str, Any] = run_to_dict(run)
+    return data if content.mode == "keep" else _texts(data, content)
+
+
+def _texts(node: Any, content: ContentPolicy) -> Any:
+    if isinstance(node, str):
+        return content.text(node)
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            kept = value if key in _IDS else _texts(value, content)
+            if kept is not None:
+                out[key] = kept
+        return out
+    if isinstance(node, list):
+        return [x for x in (_texts(v, content) for v in node) if x is not None]
+    return node
+
+
+_IDS = frozenset({"name", "is_error", "allowed_tools", "tool_fallbacks", "content_captured"})
+"""Fields that name or identify, not content: kept whatever the policy."""

@@ -22,8 +22,13 @@ here). So:
 - a trace without an agent span is released `idle_timeout_s` after its last span (a run
   rooted at the trace root, or an agent still running), and so is a trace whose waiting
   fragment's agent span does not arrive within that time;
-- at `max_traces` / `max_spans` / `max_bytes` the oldest traces are released early, so
-  memory stays bounded and nothing is dropped.
+- at `max_traces` / `max_spans` / `max_bytes` traces are released early, so memory stays
+  bounded and nothing is dropped: the oldest trace of the sender (`service.name` of the
+  trace's first resource) holding the most of the limit that is exceeded. One noisy sender
+  therefore pushes out its own traces, not everyone else's;
+- a trace still receiving spans `max_hold_s` after its first one is released as it is
+  (reason `max_hold`; later spans are late and regrade it), so a trace kept alive by a
+  span a second cannot pin memory and the durable log for ever.
 
 Why not grade a nested run as soon as it is complete and release its spans: the outer run's
 grading needs the nested run's spans too (the tree decides what belongs to whom), so their
@@ -79,6 +84,7 @@ REASON_IDLE = "idle"
 REASON_LIMIT = "limit"
 REASON_SHUTDOWN = "shutdown"
 REASON_LATE = "late"
+REASON_MAX_HOLD = "max_hold"
 
 
 @dataclass(slots=True, eq=False)
@@ -106,6 +112,8 @@ class HeldTrace:
     late: bool = False
     """Spans of a trace that was graded already: released after the grace, graded again."""
     reason: str = ""
+    sender: str = ""
+    """`service.name` of the resource the trace's first spans came with (fair limits)."""
     probe: Any = None
     """What the probe parsed, when it covered all of `data` (handed on to the grader)."""
 
@@ -171,6 +179,8 @@ class TraceBuffer:
         self.held_spans = 0
         self.held_bytes = 0
         self.released_by_reason: dict[str, int] = {}
+        self._senders: dict[str, _Holding] = {}
+        self._names: dict[bytes, str] = {}
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -250,12 +260,22 @@ class TraceBuffer:
                 now = self._clock()
                 for trace_id, by_origin in incoming.items():
                     self._add(trace_id, encode_groups(by_origin.items()), counts[trace_id],
-                              record, now)
+                              record, now, next(iter(by_origin))[0])
                 released = self._enforce_limits()
         return Routed(passthrough, passed, held_count, late, len(incoming), released)
 
+    def _sender(self, resource: bytes) -> str:
+        """`service.name` of a ResourceSpans' resource fields (remembered per encoding)."""
+        name = self._names.get(resource)
+        if name is None:
+            name = service_name(resource)
+            if len(self._names) >= 4096:
+                self._names.clear()
+            self._names[resource] = name
+        return name
+
     def _add(self, trace_id: bytes, data: bytes, spans: int, record: int | None,
-             now: float) -> None:
+             now: float, resource: bytes = b"") -> None:
         trace = self._traces.get(trace_id)
         deadline = now + self.limits.grace_s
         if trace is None:
@@ -269,7 +289,12 @@ class TraceBuffer:
                 scheduled_s=deadline,
             )
             trace.late = trace_id in self._graded
+            trace.sender = self._sender(resource)
             self._traces[trace_id] = trace
+            holding = self._senders.get(trace.sender)
+            if holding is None:
+                holding = self._senders[trace.sender] = _Holding()
+            holding.traces[trace_id] = None
             self._push(deadline, trace_id)
         else:
             trace.data += data
@@ -284,6 +309,9 @@ class TraceBuffer:
             trace.records.append(record)
         self.held_spans += spans
         self.held_bytes += len(data)
+        holding = self._senders[trace.sender]
+        holding.spans += spans
+        holding.bytes += len(data)
 
     def _push(self, when: float, trace_id: bytes) -> None:
         self._seq += 1
@@ -292,12 +320,20 @@ class TraceBuffer:
     def _enforce_limits(self) -> list[HeldTrace]:
         limits = self.limits
         out: list[HeldTrace] = []
-        while self._traces and (
-            len(self._traces) > limits.max_traces
-            or self.held_spans > limits.max_spans
-            or self.held_bytes > limits.max_bytes
-        ):
-            oldest = next(iter(self._traces.values()))
+        while self._traces:
+            if len(self._traces) > limits.max_traces:
+                def measure(h: _Holding) -> int:
+                    return len(h.traces)
+            elif self.held_spans > limits.max_spans:
+                def measure(h: _Holding) -> int:
+                    return h.spans
+            elif self.held_bytes > limits.max_bytes:
+                def measure(h: _Holding) -> int:
+                    return h.bytes
+            else:
+                break
+            biggest = max((h for h in self._senders.values() if h.traces), key=measure)
+            oldest = self._traces[next(iter(biggest.traces))]
             out.append(self._take(oldest, REASON_LIMIT))
         if out:
             log.debug("buffer limits reached: %d trace(s) released early", len(out))
@@ -308,6 +344,13 @@ class TraceBuffer:
         del self._traces[trace.trace_id]
         self.held_spans -= trace.spans
         self.held_bytes -= len(trace.data)
+        holding = self._senders.get(trace.sender)
+        if holding is not None:
+            holding.traces.pop(trace.trace_id, None)
+            holding.spans -= trace.spans
+            holding.bytes -= len(trace.data)
+            if not holding.traces:
+                del self._senders[trace.sender]
         trace.reason = reason
         self.released_by_reason[reason] = self.released_by_reason.get(reason, 0) + 1
         if self.limits.late_cache_traces:
@@ -338,6 +381,9 @@ class TraceBuffer:
                 trace = self._traces.get(trace_id)
                 if trace is None or when != trace.scheduled_s:
                     continue  # released already, or a newer entry supersedes this one
+                if now - trace.first_s >= self.limits.max_hold_s and not trace.late:
+                    due.append(self._take(trace, REASON_MAX_HOLD))
+                    continue
                 if trace.deadline_s > now:
                     trace.scheduled_s = trace.deadline_s
                     self._push(trace.deadline_s, trace_id)
@@ -402,6 +448,31 @@ class TraceBuffer:
         trace.scheduled_s = when
         self._push(when, trace.trace_id)
         return ""
+
+
+@dataclass(slots=True)
+class _Holding:
+    """What one sender holds in the buffer: its traces (oldest first), spans and bytes."""
+
+    traces: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
+    spans: int = 0
+    bytes: int = 0
+
+
+def service_name(resource_fields: bytes) -> str:
+    """`service.name` of a ResourceSpans' resource (fields 1 and 3 as encoded), else ""."""
+    if not resource_fields:
+        return ""
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
+
+    try:
+        resource = ResourceSpans.FromString(resource_fields).resource
+    except Exception:
+        return ""
+    for kv in resource.attributes:
+        if kv.key == "service.name":
+            return str(kv.value.string_value)[:256]
+    return ""
 
 
 def read_shape(chunk: bytes) -> list[SpanFacts]:

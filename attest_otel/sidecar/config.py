@@ -48,6 +48,7 @@ from attest_otel.yamlcheck import (
     TreeReader,
     compose,
     file_defaults,
+    header_problem,
     parse_host_port,
     put,
     read_text,
@@ -110,11 +111,29 @@ class ReceiversConfig:
     http_endpoint: str = _key("http.endpoint", "address", "127.0.0.1:4318")
     http_max_body_bytes: int = _key("http.max_request_body_size_mib", default=20 * MIB,
                                     **_SIZE_MIB)
+    http_max_json_bytes: int = _key("http.max_json_body_size_mib", default=4 * MIB,
+                                    **_SIZE_MIB)
+    """OTLP/JSON costs about 50x its size to parse (protobuf: about 3x): its own, lower cap."""
+    http_workers: int = _key("http.workers", "int", 32)
+    """Threads serving HTTP connections; more connections wait for one (up to the cap)."""
+    http_max_connections: int = _key("http.max_connections", "int", 256)
+    """Open connections past this are closed at once, before a thread is spent on them."""
+    http_header_timeout_s: float = _key("http.header_timeout_s", "number", 10.0)
+    """A request line and headers (or a kept-alive connection's next one) must arrive
+    within this, or the connection is closed: slow clients cannot hold threads."""
+    http_body_timeout_s: float = _key("http.body_timeout_s", "number", 30.0)
+    max_concurrent_decodes: int = _key("http.max_concurrent_decodes", "int", 2)
+    """Gunzip and JSON conversions at once; others wait, then get 503 + Retry-After."""
     tls_cert_file: Path | None = _key("tls.cert_file", "file", None)
     tls_key_file: Path | None = _key("tls.key_file", "file", None)
     tls_client_ca_file: Path | None = _key("tls.client_ca_file", "file", None)
     """Set: clients must present a certificate this CA signed."""
     auth_token_file: Path | None = _key("auth_token_file", "file", None)
+    """Ingest token: sending spans (OTLP on both ports)."""
+    grader_token_file: Path | None = _key("grader_token_file", "file", None)
+    """Read token of the Grader API (GradeTrace returns stored content, GradeRun spends the
+    model budget). Unset: the API is closed whenever an ingest token is set, and open
+    (loopback, like everything else) when none is."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,6 +182,11 @@ class BufferConfig:
     tick_s: float = _key("tick_s", "number", 0.05)
     dir: Path | None = _key("dir", "path", None)
     segment_bytes: int = _key("segment_size_mib", default=64 * MIB, **_SIZE_MIB)
+    max_dir_bytes: int = _key("max_dir_size_mib", default=2048 * MIB, **_SIZE_MIB)
+    """The durable log's cap: past it requests are answered "retry later", not written."""
+    max_hold_s: float = _key("max_hold_s", "number", 300.0)
+    """A trace still receiving spans after this is graded as it is (late spans regrade it):
+    one trace kept alive cannot pin memory and the durable log for ever."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,6 +206,9 @@ class GradingConfig:
     workers: int = _key("workers", "int", 2)
     processes: int = _key("processes", "int", 1, minimum=0)
     max_backlog_spans: int = _key("max_backlog_spans", "int", 200_000)
+    max_trace_bytes: int = _key("max_trace_size_mib", default=32 * MIB, **_SIZE_MIB)
+    """A held trace larger than this is forwarded ungraded (counted): grading takes about
+    40x a trace's bytes, so this bounds a grading worker's memory."""
     model: ModelConfig = _section("model", ModelConfig)
 
 
@@ -189,8 +216,14 @@ class GradingConfig:
 class StoreConfig:
     enabled: bool = _key("enabled", "flag", True)
     path: Path = _key("path", "path", factory=default_store_path, computed=True)
+    url: str | None = _key("url", "text", None, optional=True)
+    """Set: the fleet's shared PostgreSQL store (postgresql://USER:PASSWORD@HOST/DB, the
+    password from ${env:...}) instead of the SQLite file at `path`."""
     max_age_s: float = _key("max_age_h", "number", 168 * 3600.0, scale=3600.0)
     max_bytes: int = _key("max_size_mib", default=512 * MIB, **_SIZE_MIB)
+    max_queue_bytes: int = _key("max_queue_size_mib", default=64 * MIB, **_SIZE_MIB)
+    """Writes waiting for the shared store (on disk under buffer.dir when set); past it a
+    write is refused, counted, and /readyz answers 503."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,7 +235,13 @@ class TelemetryConfig:
     logs: bool = _key("logs", "flag", True)
     metrics: bool = _key("metrics", "flag", True)
     prometheus: str | None = _key("prometheus", "address", None, optional=True)
+    headers: Mapping[str, str] = _key("headers", "headers", factory=dict)
+    """Headers of the log-event and metric exporters. Unset: forward.headers when they go
+    to the forward endpoint, none otherwise (one host's credentials never go to another)."""
     label_cap: int = _key("label_cap", "int", 100)
+    label_max_chars: int = _key("label_max_chars", "int", 128, minimum=8)
+    label_ttl_s: float = _key("label_ttl_s", "number", 3600.0)
+    """A label value not seen for this long gives its place to a new one."""
     timeout_s: float = _key("timeout_s", "number", 5.0)
 
 
@@ -284,21 +323,25 @@ def load_service_config(
         if value is None:
             continue
         keys = FLAG_KEYS.get(flag)
+        if flag == "store" and "://" in str(value):  # --store postgresql://...: the URL key
+            keys = ("store", "url")
         if keys is None:
             checker.problems.append(f"--{flag.replace('_', '-')}: unknown flag")
             continue
         put(tree, ".".join(keys), value)
         checker.given.add(".".join(keys))
         checker.lines.pop(".".join(keys), None)
-    _from_otel_env(tree["forward"], checker.given, env)
+    _from_otel_env(tree["forward"], checker, env)
     config = _build(tree, source, checker)
     if checker.problems or config is None:
         raise PolicyError(source, checker.problems)
     return config
 
 
-def _from_otel_env(forward: dict[str, Any], given: set[str], env: Mapping[str, str]) -> None:
+def _from_otel_env(forward: dict[str, Any], checker: TreeChecker,
+                   env: Mapping[str, str]) -> None:
     """The standard exporter variables fill what neither the file nor a flag set."""
+    given = checker.given
     if forward["endpoint"] is None:
         forward["endpoint"] = _env_first(
             env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -312,7 +355,7 @@ def _from_otel_env(forward: dict[str, Any], given: set[str], env: Mapping[str, s
             env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"
         )
         if raw_headers:
-            forward["headers"] = _parse_headers(raw_headers)
+            forward["headers"] = _parse_headers(raw_headers, checker.problems)
     if "forward.compression" not in given:
         compression = _env_first(
             env, "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION"
@@ -329,14 +372,20 @@ def _env_first(env: Mapping[str, str], *names: str) -> str | None:
     return None
 
 
-def _parse_headers(text: str) -> dict[str, str]:
+def _parse_headers(text: str, problems: list[str]) -> dict[str, str]:
+    """OTEL_EXPORTER_OTLP_(TRACES_)HEADERS, checked like headers in the file."""
     from urllib.parse import unquote
 
     out: dict[str, str] = {}
     for item in text.split(","):
         key, sep, value = item.partition("=")
         if sep and key.strip():
-            out[unquote(key.strip()).lower()] = unquote(value.strip())
+            name, decoded = unquote(key.strip()).lower(), unquote(value.strip())
+            problem = header_problem(name, decoded)
+            if problem:
+                problems.append(f"OTEL_EXPORTER_OTLP_HEADERS: {problem}")
+            else:
+                out[name] = decoded
     return out
 
 
@@ -355,6 +404,12 @@ def _build(tree: dict[str, Any], source: str, checker: TreeChecker) -> ServiceCo
     if receivers.auth_token_file is not None and not _token_ok(receivers.auth_token_file):
         f.problem("receivers.auth_token_file",
                   "must hold one token of printable ASCII (no spaces)")
+    if receivers.grader_token_file is not None and not _token_ok(receivers.grader_token_file):
+        f.problem("receivers.grader_token_file",
+                  "must hold one token of printable ASCII (no spaces)")
+    if (receivers.grader_token_file is not None and receivers.auth_token_file is not None
+            and _same_token(receivers.grader_token_file, receivers.auth_token_file)):
+        f.problem("receivers.grader_token_file", "must differ from receivers.auth_token_file")
     if receivers.grpc_endpoint and receivers.grpc_endpoint == receivers.http_endpoint:
         f.problem("receivers.http.endpoint", "is the same address as receivers.grpc.endpoint")
     if forward.endpoint is None:
@@ -373,10 +428,23 @@ def _build(tree: dict[str, Any], source: str, checker: TreeChecker) -> ServiceCo
         f.problem("forward.initial_backoff_s", "must not exceed forward.max_backoff_s")
     if buffer.grace_s > buffer.idle_timeout_s:
         f.problem("buffer.grace_s", "must not exceed buffer.idle_timeout_s")
+    _check_store(f, config.store, tree)
     sample_rate = config.grading.model.sample_rate
     if sample_rate > 1:
         f.problem("grading.model.sample_rate", f"must be at most 1, got {sample_rate:g}")
     return None if checker.problems else config
+
+
+def _check_store(f: TreeReader, store: StoreConfig, tree: Mapping[str, Any]) -> None:
+    """A URL must be PostgreSQL's, and one given as `store.path` belongs in `store.url`."""
+    from attest_otel.store.base import redact, url_problem
+
+    raw_path = tree.get("store", {}).get("path")
+    if isinstance(raw_path, str) and "://" in raw_path:
+        f.problem("store.path", f"{redact(raw_path)} is a URL: put it in store.url")
+    problem = url_problem(store.url) if store.url is not None else None
+    if problem is not None:
+        f.problem("store.url", f"{redact(store.url)}: {problem}")
 
 
 def read_token(path: Path) -> str:
@@ -390,6 +458,13 @@ def _token_ok(path: Path) -> bool:
     except OSError:
         return True  # already reported by TreeReader.file
     return bool(token) and all(33 <= ord(c) < 127 for c in token)
+
+
+def _same_token(a: Path, b: Path) -> bool:
+    try:
+        return read_token(a) == read_token(b)
+    except OSError:
+        return False
 
 
 def _check_not_self(f: TreeReader, endpoint: str, receivers: ReceiversConfig) -> None:
@@ -411,7 +486,7 @@ def _check_not_self(f: TreeReader, endpoint: str, receivers: ReceiversConfig) ->
 
 def config_lines(config: ServiceConfig) -> list[str]:
     """`key = value` lines of the effective config, for the start-up log (header values,
-    which hold tokens, are left out)."""
+    which hold tokens, and the store URL's password are left out)."""
     out: list[str] = []
 
     def walk(node: Mapping[str, Any], prefix: str) -> None:
@@ -421,8 +496,12 @@ def config_lines(config: ServiceConfig) -> list[str]:
                 walk(value, full)
             elif key == "headers":
                 out.append(f"{full} = {sorted(value)}")
+            elif full == "store.url" and value is not None:
+                out.append(f"{full} = {redact(value)}")  # the password stays out of logs
             else:
                 out.append(f"{full} = {value}")
+
+    from attest_otel.store import redact
 
     walk(config.raw, "")
     return out

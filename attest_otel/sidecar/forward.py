@@ -47,12 +47,14 @@ __all__ = [
     "SendResult",
     "Sender",
     "grpc_retry_delay",
+    "make_log_sender",
     "make_sender",
 ]
 
 log = logging.getLogger(__name__)
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+LOGS_METHOD = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
 """Trailing metadata key the OpenTelemetry Python exporters read RetryInfo from."""
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -83,6 +85,8 @@ class SendResult:
     too_large: bool = False
     rejected_spans: int = 0
     error: str = ""
+    maybe_delivered: bool = False
+    """The request went out and no answer came in time: the next hop may have it."""
 
 
 class Sender(Protocol):
@@ -102,6 +106,9 @@ class ForwardStats:
     """partial_success.rejected_spans from the downstream."""
     dropped: dict[str, int] = field(default_factory=dict)
     """Spans given up on, by reason (refused by the downstream, shutdown deadline)."""
+    possible_duplicates: int = 0
+    """Spans delivered by a retry after an attempt that timed out: the next hop may have
+    them twice (OTLP's accepted trade-off; counted so it can be seen, not hidden)."""
 
 
 # --- gRPC ------------------------------------------------------------------------------------
@@ -147,7 +154,7 @@ def _rejected(body: bytes) -> tuple[int, str]:
 class GrpcSender:
     """Sends request bytes as they are (no parse, no re-encode) with a raw unary call."""
 
-    def __init__(self, settings: ForwardConfig) -> None:
+    def __init__(self, settings: ForwardConfig, method: str = EXPORT_METHOD) -> None:
         import grpc
 
         self._grpc = grpc
@@ -169,7 +176,7 @@ class GrpcSender:
         else:
             self._channel = grpc.insecure_channel(target, options)
         self._call = self._channel.unary_unary(
-            EXPORT_METHOD, request_serializer=None, response_deserializer=None
+            method, request_serializer=None, response_deserializer=None
         )
         self._metadata = tuple((k.lower(), v) for k, v in settings.headers.items()) or None
         self._compression = (
@@ -190,6 +197,9 @@ class GrpcSender:
             detail = f"gRPC {code.name}: {e.details()}"
             if code == grpc.StatusCode.RESOURCE_EXHAUSTED and delay is None:
                 return SendResult(False, too_large=True, error=detail)
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return SendResult(False, retryable=True, retry_after_s=delay, error=detail,
+                                  maybe_delivered=True)
             retryable = code in (
                 grpc.StatusCode.CANCELLED,
                 grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -246,7 +256,7 @@ def client_ssl_context(settings: ForwardConfig) -> ssl.SSLContext:
 class HttpSender:
     """OTLP/HTTP protobuf over one keep-alive connection (one sender per worker)."""
 
-    def __init__(self, settings: ForwardConfig) -> None:
+    def __init__(self, settings: ForwardConfig, default_path: str = "/v1/traces") -> None:
         url = settings.endpoint if "://" in settings.endpoint else f"http://{settings.endpoint}"
         parts = urlsplit(url)
         self._https = parts.scheme == "https" or settings.tls_files
@@ -254,7 +264,7 @@ class HttpSender:
         self._host = parts.hostname or "localhost"
         self._port = parts.port or (443 if self._https else 80)
         path = parts.path or ""
-        self._path = path if path not in ("", "/") else "/v1/traces"
+        self._path = path if path not in ("", "/") else default_path
         self._headers = {"Content-Type": "application/x-protobuf", **dict(settings.headers)}
         self._gzip = settings.compression == "gzip"
         if self._gzip:
@@ -285,7 +295,8 @@ class HttpSender:
             payload = response.read()
         except (OSError, http.client.HTTPException) as e:
             self.close()
-            return SendResult(False, retryable=True, error=f"HTTP: {type(e).__name__}: {e}")
+            return SendResult(False, retryable=True, error=f"HTTP: {type(e).__name__}: {e}",
+                              maybe_delivered=isinstance(e, TimeoutError))
         status = response.status
         if response.getheader("Connection", "").lower() == "close":
             self.close()
@@ -312,6 +323,14 @@ def make_sender(settings: ForwardConfig) -> Sender:
     if settings.protocol == "grpc":
         return GrpcSender(settings)
     return HttpSender(settings)
+
+
+def make_log_sender(settings: ForwardConfig) -> Sender:
+    """The same transport for OTLP logs (`LogsService/Export`, `/v1/logs`): the sidecar
+    sends its evaluation log records as it sends spans (`export.log_records`)."""
+    if settings.protocol == "grpc":
+        return GrpcSender(settings, LOGS_METHOD)
+    return HttpSender(settings, "/v1/logs")
 
 
 # --- the queue and its workers ---------------------------------------------------------------
@@ -514,14 +533,18 @@ class Forwarder:
         pending = split_to_size(data, limit) if len(data) > limit else [data]
         total = len(data) or 1
         attempt = 0
+        uncertain = False
         while pending:
             piece = pending.pop()
             piece_spans = max(1, round(spans * len(piece) / total)) if spans else 0
             result = sender.send(piece, self.settings.timeout_s)
+            uncertain = uncertain or result.maybe_delivered
             if result.ok:
                 attempt = 0
                 self._recovered()
                 with self._cond:
+                    if uncertain:
+                        self.stats.possible_duplicates += piece_spans
                     self.stats.requests_sent += 1
                     self.stats.spans_forwarded += piece_spans - result.rejected_spans
                     self.stats.spans_rejected += result.rejected_spans

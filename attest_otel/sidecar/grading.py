@@ -1,10 +1,13 @@
 """Grading released traces: in this process, or offline in worker processes.
 
-One released trace is decoded once, its runs graded (`pipeline`), the grades written into
-its spans (`export.annotate`), and the annotated bytes forwarded; the grades go to the
-store and the telemetry. Offline grading runs in spawned worker processes so the decode,
-adapt and annotate work of GenAI spans does not hold the receivers' interpreter lock; a
-run that may use the model is graded here, where the model budget lives.
+One released trace is parsed and decoded once, its runs graded (`pipeline`), the grades
+appended to its spans' encodings as bytes (`export.annotate.annotation_bytes`; a trace that
+carries an earlier grade is rewritten through messages instead), and the annotated bytes
+forwarded; the evaluation log records are encoded as OTLP bytes where the grade is made
+(`export.log_records`) and sent by the sidecar's own log forwarder, in batches. The grades
+go to the store and the metrics. Offline grading runs in spawned worker processes so the
+decode, adapt and annotate work of GenAI spans does not hold the receivers' interpreter
+lock; a run that may use the model is graded here, where the model budget lives.
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attest_otel.content import KEEP, ContentPolicy
-from attest_otel.export.annotate import annotate_spans
+from attest_otel.export.annotate import GRADE_MARKS, annotate_spans, annotation_bytes
+from attest_otel.export.log_records import log_records
 from attest_otel.model import CheckResult, Run, Step, ToolCall
 from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.sidecar.buffer import HeldTrace
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate
 from attest_otel.sidecar.stats import SidecarStats
-from attest_otel.store import StoredGrade, StoreWriter
+from attest_otel.sidecar.wire import append_to_spans
+from attest_otel.store import StoredGrade, Writer
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,8 @@ class _Graded:
     runs: list[tuple[Run, CheckResult]] = field(default_factory=list)
     failed: bool = False
     in_worker: bool = False
+    logs: list[bytes] = field(default_factory=list)
+    """The runs' evaluation log records, encoded (`export.log_records`)."""
 
 
 class TraceGrader:
@@ -51,7 +58,7 @@ class TraceGrader:
         forwarder: Forwarder,
         stats: SidecarStats,
         emit: Callable[[Run, CheckResult], None] | None = None,
-        store: StoreWriter | None = None,
+        store: Writer | None = None,
         pool: ProcessPoolExecutor | None = None,
         emit_after_worker: Callable[[Run, CheckResult], None] | None = None,
         content: ContentPolicy = KEEP,
@@ -73,6 +80,8 @@ class TraceGrader:
         what was graded before (`regrade.Regrader`)."""
         self.remember: Callable[[str, bytes, list[tuple[Run, CheckResult]]], None] | None = None
         """Told every graded trace (what a later regrade starts from when there is no store)."""
+        self.send_logs: Callable[[list[bytes]], None] | None = None
+        """Sends a graded trace's evaluation log records; None: log events are off."""
 
     def grade_run(self, run: Run) -> CheckResult:
         from attest_otel.grade.grader import grade
@@ -88,9 +97,10 @@ class TraceGrader:
         pool = self.pool
         if pool is not None and self.gate is None:
             try:
-                data, runs = pool.submit(grade_in_worker, original,
-                                         f"trace {trace.trace_id_hex}").result()
-                return _Graded(data, runs, in_worker=True)
+                data, runs, logs = pool.submit(grade_in_worker, original,
+                                               f"trace {trace.trace_id_hex}",
+                                               self.send_logs is not None).result()
+                return _Graded(data, runs, in_worker=True, logs=logs)
             except BrokenProcessPool:
                 log.error("the grading process died; grading in this process from now on")
                 self.pool = None
@@ -104,9 +114,14 @@ class TraceGrader:
             request, decoded = trace.probe
         else:
             request = ExportTraceServiceRequest.FromString(original)
-            decoded = decode_request(request, source=f"trace {trace.trace_id_hex}")
-        data, runs = grade_decoded(request, decoded, self.policy, self.grade_run, self.content)
-        return _Graded(data, runs)
+            decoded = decode_request(request, source=f"trace {trace.trace_id_hex}",
+                                     data=original)
+        now_ns = time.time_ns()
+        data, runs = grade_decoded(request, decoded, self.policy, self.grade_run, self.content,
+                                   data=original, now_ns=now_ns)
+        logs = (encode_logs(runs, now_ns, self.content) if self.send_logs is not None
+                else [])
+        return _Graded(data, runs, logs=logs)
 
     def __call__(self, trace: HeldTrace) -> None:
         if trace.late and self.regrade is not None:
@@ -121,9 +136,24 @@ class TraceGrader:
                           extra={"trace_id": trace.trace_id_hex, "spans": trace.spans})
             graded = _Graded(original, failed=True)
         trace.probe = None
+        # Stored before it is forwarded: once forwarded, its --buffer-dir record is
+        # released, and the store's queue (spooled there too) must already hold the grades.
+        if self.store is not None:
+            now = time.time_ns()
+            grades = [
+                StoredGrade(trace.trace_id_hex, run.span_id or "", run.agent, now,
+                            result.to_dict())
+                for run, result in graded.runs
+            ]
+            self.store.put(trace.trace_id_hex, original, trace.spans, grades)
         self.forwarder.offer(
             ForwardItem(graded.data, trace.spans, tuple(trace.records), mergeable=True)
         )
+        if graded.logs and self.send_logs is not None:
+            try:
+                self.send_logs(graded.logs)
+            except Exception:
+                log.exception("sending the evaluation log records of a trace failed")
         self.stats.graded(trace.reason or "complete", len(graded.runs), graded.failed)
         for run, result in graded.runs:
             log.info(
@@ -146,49 +176,60 @@ class TraceGrader:
                     log.exception("emitting the grade of a run failed")
         if self.remember is not None and not graded.failed:
             self.remember(trace.trace_id_hex, original, graded.runs)
-        if self.store is not None:
-            now = time.time_ns()
-            grades = [
-                StoredGrade(trace.trace_id_hex, run.span_id or "", run.agent, now,
-                            result.to_dict())
-                for run, result in graded.runs
-            ]
-            self.store.put(trace.trace_id_hex, original, trace.spans, grades)
 
 
 def grade_decoded(
     request: Any, decoded: Any, policy: Any, grade_run: Callable[[Run], CheckResult],
-    content: ContentPolicy,
+    content: ContentPolicy, *, data: bytes | None = None, now_ns: int | None = None,
 ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
     """Runs of a decoded trace, graded (`pipeline`) and written into its spans; the
-    annotated bytes. The policy's declared dialects read the spans too."""
-    by_id = {span.span_id: span.source for span in decoded.spans}
-    now_ns = time.time_ns()
+    annotated bytes. The policy's declared dialects read the spans too.
+
+    Given `data`, the bytes `request` was parsed from, and no earlier grade in them, the
+    grades are appended to the spans' encodings (`wire.append_to_spans`): the other spans
+    keep their bytes and nothing is serialised. Otherwise the parsed spans are annotated in
+    place (replacing an earlier grade) and the request serialised.
+    """
+    now = time.time_ns() if now_ns is None else now_ns
     graded: list[tuple[Run, CheckResult]] = []
     reading = Reading(policy) if policy is not None else None
     for trace in grade_traces(decoded.spans, decoded.logs, reading, grade_run=grade_run):
         for one in trace.runs:
-            annotate_spans(by_id, one.run, one.result, now_ns=now_ns, content=content)
             graded.append((one.run, one.result))
-    data: bytes = request.SerializeToString()
-    return data, graded
+    if data is not None and not any(mark in data for mark in GRADE_MARKS):
+        additions = annotation_bytes(graded, now_ns=now, content=content)
+        annotated, _ = append_to_spans(
+            data, {bytes.fromhex(span_id): extra for span_id, extra in additions.items()})
+        return annotated, graded
+    by_id = {span.span_id: span.source for span in decoded.spans}
+    for run, result in graded:
+        annotate_spans(by_id, run, result, now_ns=now, content=content)
+    serialized: bytes = request.SerializeToString()
+    return serialized, graded
+
+
+def encode_logs(graded: list[tuple[Run, CheckResult]], now_ns: int,
+                content: ContentPolicy) -> list[bytes]:
+    """The evaluation log records of every graded run (`export.log_records`)."""
+    out: list[bytes] = []
+    for run, result in graded:
+        out += log_records(run, result, now_ns=now_ns, content=content)
+    return out
 
 
 _WORKER_POLICY: Any = None
-_WORKER_TELEMETRY: Any = None
 _WORKER_CONTENT: ContentPolicy = KEEP
 """This process's state, set once by `init_worker`: a spawned process shares nothing."""
 
 
-def init_worker(policy_path: str | None, log_events: dict[str, Any] | None,
-                 content: ContentPolicy) -> None:
+def init_worker(policy_path: str | None, content: ContentPolicy) -> None:
     """Runs once in each grading process (spawned: no inherited threads or sockets).
 
-    `log_events` holds `build_telemetry` arguments when the grade log events are on: each
-    process sends its own, so the receiving process does not encode them (about 100 us a
-    span through the SDK). Metrics stay in the main process, which serves `/metrics`.
+    A grading process sends nothing itself: it returns the annotated trace and the encoded
+    evaluation log records, which the receiving process forwards (a concatenation, no
+    encoding). Metrics stay in the main process, which serves `/metrics`.
     """
-    global _WORKER_POLICY, _WORKER_TELEMETRY, _WORKER_CONTENT
+    global _WORKER_POLICY, _WORKER_CONTENT
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
@@ -199,14 +240,6 @@ def init_worker(policy_path: str | None, log_events: dict[str, Any] | None,
         from attest_otel.config import load_policy
 
         _WORKER_POLICY = load_policy(policy_path)
-    if log_events is not None:
-        from multiprocessing import util
-
-        from attest_otel.export.telemetry import build_telemetry
-
-        _WORKER_TELEMETRY = build_telemetry(spans=False, logs=True, metrics=False,
-                                            prometheus=None, content=content, **log_events)
-        util.Finalize(None, _WORKER_TELEMETRY.shutdown, exitpriority=10)
 
 
 def _exit_with_parent() -> None:
@@ -243,8 +276,11 @@ def _slim(run: Run) -> Run:
                allowed_tools=run.allowed_tools)
 
 
-def grade_in_worker(data: bytes, label: str) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
-    """Offline grading of one trace's bytes, in a grading process."""
+def grade_in_worker(
+    data: bytes, label: str, logs: bool = False
+) -> tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]]:
+    """Offline grading of one trace's bytes, in a grading process: the annotated bytes,
+    the runs (slimmed for the trip back) and, when `logs`, their evaluation log records."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
@@ -253,13 +289,13 @@ def grade_in_worker(data: bytes, label: str) -> tuple[bytes, list[tuple[Run, Che
     from attest_otel.ingest.decode import decode_request
 
     request = ExportTraceServiceRequest.FromString(data)
-    decoded = decode_request(request, source=label)
+    decoded = decode_request(request, source=label, data=data)
+    now_ns = time.time_ns()
     annotated, graded = grade_decoded(request, decoded, _WORKER_POLICY,
-                                      lambda run: grade(run, judge=None), _WORKER_CONTENT)
-    if _WORKER_TELEMETRY is not None:
-        for run, result in graded:
-            _WORKER_TELEMETRY.emit_grade(run, result, grade_span=False)
-    return annotated, [(_slim(run), result) for run, result in graded]
+                                      lambda run: grade(run, judge=None), _WORKER_CONTENT,
+                                      data=data, now_ns=now_ns)
+    records = encode_logs(graded, now_ns, _WORKER_CONTENT) if logs else []
+    return annotated, [(_slim(run), result) for run, result in graded], records
 
 
 def warm_worker() -> bool:

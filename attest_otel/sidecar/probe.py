@@ -17,6 +17,17 @@ AGENT_BYTES = re.compile(
 """An agent span of the two most common conventions, as it is encoded: the exact key and
 value (or exact span name), so a match is an agent span. Other conventions are found by
 decoding (`agent_probe`); the two answers agree on the fixtures (tests/sidecar)."""
+_AGENT_MARKS = (
+    b"\x0a\x15gen_ai.operation.name\x12\x0e\x0a\x0cinvoke_agent",
+    b"\x2a\x09agent run",
+)
+"""`AGENT_BYTES` as two plain substrings: `in` runs memchr-fast, while the alternation has no
+common first byte and `re` tries it at every position (9 us a 1.6 KB span, the receiving
+process's largest cost per GenAI span)."""
+
+
+def _is_agent_record(record: bytes) -> bool:
+    return _AGENT_MARKS[0] in record or _AGENT_MARKS[1] in record
 
 
 def agent_probe(trace: HeldTrace, chunk: bytes, whole: bool, spans: list[SpanFacts], *,
@@ -31,7 +42,7 @@ def agent_probe(trace: HeldTrace, chunk: bytes, whole: bool, spans: list[SpanFac
     whole trace and `keep`, the parse is kept on the trace for the grader (in-process
     grading only).
     """
-    found = {s.span_id for s in spans if AGENT_BYTES.search(s.record) is not None}
+    found = {s.span_id for s in spans if _is_agent_record(s.record)}
     if found:
         return found
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (

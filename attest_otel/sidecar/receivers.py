@@ -34,27 +34,24 @@ import json
 import logging
 import socket
 import ssl
-import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
-from attest_otel.errors import InputError, ListenError
-from attest_otel.ingest.gzip import InflatesTooFar, gunzip
+from attest_otel.errors import ListenError
 from attest_otel.sidecar.config import parse_host_port
 from attest_otel.sidecar.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
 
 __all__ = [
     "Accept",
     "GrpcReceiver",
-    "HttpReceiver",
     "Outcome",
     "TlsFiles",
     "TokenCheck",
     "exposure_warning",
+    "metrics_exposure_warning",
     "otlp_json_to_protobuf",
 ]
 
@@ -143,6 +140,19 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def metrics_exposure_warning(address: str | None) -> str | None:
+    """The start-up warning when `/metrics` (tool and agent names, volumes) is served
+    beyond loopback: it has no TLS or token of its own."""
+    if not address:
+        return None
+    host = address.strip().rpartition(":")[0].strip("[]") or "0.0.0.0"
+    if _is_loopback(host):
+        return None
+    return (f"Prometheus metrics are served on non-loopback {address} without TLS or a token: "
+            "anyone who can reach it reads tool and agent names (bind telemetry.prometheus "
+            "to 127.0.0.1 or put it behind a proxy)")
+
+
 def exposure_warning(endpoints: Sequence[str], *, tls: bool, token: bool) -> str | None:
     """The start-up warning when a receiver listens beyond loopback without TLS or a token
     (None when there is nothing to warn about)."""
@@ -202,6 +212,8 @@ def otlp_json_to_protobuf(body: bytes) -> bytes:
         document = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"invalid JSON: {e}") from None
+    except RecursionError:
+        raise ValueError("invalid JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise ValueError("invalid OTLP/JSON: the body must be a JSON object")
     for rs_key in ("resourceSpans", "resource_spans"):
@@ -217,6 +229,8 @@ def otlp_json_to_protobuf(body: bytes) -> bytes:
         )
     except (json_format.ParseError, ValueError, TypeError, AttributeError, binascii.Error) as e:
         raise ValueError(f"invalid OTLP/JSON: {e}") from None
+    except RecursionError:
+        raise ValueError("invalid OTLP/JSON: nested too deeply") from None
     data: bytes = request.SerializeToString()
     return data
 
@@ -265,9 +279,11 @@ class GrpcReceiver:
         add_services: Sequence[Callable[[Any], None]] = (),
         tls: TlsFiles | None = None,
         token: TokenCheck | None = None,
+        grader_token: TokenCheck | None = None,
         on_rejection: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.endpoint = endpoint
+        self._grader_token = grader_token
         self._accept = accept
         self._max_recv_bytes = max_recv_bytes
         self._workers = workers
@@ -284,7 +300,8 @@ class GrpcReceiver:
         host, port = parse_host_port(self.endpoint)
         _check_free(host, port, f"OTLP/gRPC receiver: cannot listen on {self.endpoint}")
         interceptors = (
-            [_TokenInterceptor(self._token, self._on_rejection)] if self._token else []
+            [_TokenInterceptor(self._token, self._grader_token, self._on_rejection)]
+            if self._token or self._grader_token else []
         )
         server = grpc.server(
             futures.ThreadPoolExecutor(
@@ -363,21 +380,35 @@ class GrpcReceiver:
             self._server = None
 
 
-class _TokenInterceptor:
-    """Refuses every call (OTLP and the Grader API) without the bearer token."""
+GRADER_PREFIX = "/attest_otel.v1.Grader/"
 
-    def __init__(self, token: TokenCheck, on_rejection: Callable[[str], None]) -> None:
+
+class _TokenInterceptor:
+    """Two tokens on one port: OTLP `Export` takes the ingest token, the Grader API (which
+    returns stored content and spends the model budget) its own read token. With only an
+    ingest token the Grader API is closed: a sender's token must not read prompts."""
+
+    def __init__(self, token: TokenCheck | None, grader_token: TokenCheck | None,
+                 on_rejection: Callable[[str], None]) -> None:
         import grpc
 
         self._token = token
+        self._grader_token = grader_token
         self._on_rejection = on_rejection
 
         def deny(request: Any, context: Any) -> Any:
             context.abort(grpc.StatusCode.UNAUTHENTICATED,
                           "missing or wrong bearer token (authorization metadata)")
 
+        def closed(request: Any, context: Any) -> Any:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          "the Grader API needs its own token (receivers.grader_token_file)")
+
         self._deny = grpc.unary_unary_rpc_method_handler(
             deny, request_deserializer=None, response_serializer=None
+        )
+        self._closed = grpc.unary_unary_rpc_method_handler(
+            closed, request_deserializer=None, response_serializer=None
         )
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
@@ -386,7 +417,18 @@ class _TokenInterceptor:
             if key == "authorization":
                 header = value if isinstance(value, str) else None
                 break
-        if self._token.check(header):
+        if str(details.method).startswith(GRADER_PREFIX):
+            if self._grader_token is None:
+                if self._token is None:
+                    return continuation(details)
+                self._on_rejection("unauthenticated")
+                return self._closed
+            wanted = self._grader_token
+        elif self._token is None:
+            return continuation(details)
+        else:
+            wanted = self._token
+        if wanted.check(header):
             return continuation(details)
         self._on_rejection("unauthenticated")
         return self._deny
@@ -410,253 +452,3 @@ def _check_free(host: str, port: int, what: str) -> None:
             probe.bind((host, port))
         except OSError as e:
             raise ListenError(f"{what}: {e.strerror or e}") from None
-
-
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    receiver: HttpReceiver
-    ssl_context: ssl.SSLContext | None = None
-
-    def get_request(self) -> tuple[Any, Any]:
-        sock, address = super().get_request()
-        if self.ssl_context is not None:
-            # The handshake happens on the handler's own thread (see _Handler.setup), so a
-            # slow or plaintext client never holds up the accept loop.
-            sock = self.ssl_context.wrap_socket(sock, server_side=True,
-                                                do_handshake_on_connect=False)
-        return sock, address
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("http connection from %s failed", client_address, exc_info=True)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _HttpServer
-    protocol_version = "HTTP/1.1"
-    server_version = "attest-otel"
-    sys_version = ""
-
-    def setup(self) -> None:
-        if isinstance(self.request, ssl.SSLSocket):
-            self.request.settimeout(10.0)
-            try:
-                self.request.do_handshake()
-            except (OSError, ssl.SSLError) as e:
-                self.server.receiver.count_rejection("tls_handshake")
-                log.debug("http: TLS handshake failed: %s", e)
-                raise
-            self.request.settimeout(None)
-        super().setup()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http %s - %s", self.address_string(), format % args)
-
-    def do_GET(self) -> None:
-        receiver = self.server.receiver
-        path = self.path.split("?", 1)[0]
-        if path == "/healthz":
-            self._plain(200, b"ok\n")
-        elif path == "/readyz":
-            ready, why = receiver.ready()
-            self._plain(200 if ready else 503, (why or "ready").encode() + b"\n")
-        else:
-            self._plain(404, b"not found\n")
-
-    def do_POST(self) -> None:
-        receiver = self.server.receiver
-        media = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
-        is_json = media == _JSON_TYPE
-        if receiver.token is not None and not receiver.token.check(
-            self.headers.get("Authorization")
-        ):
-            receiver.count_rejection("unauthenticated")
-            self._status(401, _CODE_UNAUTHENTICATED, "missing or wrong bearer token", is_json,
-                         close=True, extra=(("WWW-Authenticate", "Bearer"),))
-            return
-        length_header = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked" or length_header is None:
-            receiver.count_rejection("length_required")
-            self._status(411, _CODE_INVALID_ARGUMENT, "Content-Length is required", is_json,
-                         close=True)
-            return
-        try:
-            length = int(length_header)
-            if length < 0:
-                raise ValueError
-        except ValueError:
-            receiver.count_rejection("malformed")
-            self._status(400, _CODE_INVALID_ARGUMENT, "bad Content-Length", is_json, close=True)
-            return
-        limit = receiver.max_body_bytes
-        if length > limit:
-            receiver.count_rejection("too_large")
-            close = length > _DISCARD_LIMIT
-            if not close:
-                self._discard(length)
-            self._status(413, _CODE_RESOURCE_EXHAUSTED,
-                         f"body of {length} bytes is over the {limit}-byte limit", is_json,
-                         close=close)
-            return
-        body = self.rfile.read(length)
-        if self.path.split("?", 1)[0].rstrip("/") != "/v1/traces":
-            self._status(404, _CODE_INVALID_ARGUMENT, f"no OTLP signal at {self.path}", is_json)
-            return
-        if media not in _PROTOBUF_TYPES and not is_json:
-            receiver.count_rejection("unsupported_media_type")
-            self._status(415, _CODE_INVALID_ARGUMENT,
-                         f"unsupported content type {media or '(none)'!r}; use "
-                         "application/x-protobuf or application/json", False)
-            return
-        encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
-        if encoding == "gzip":
-            try:
-                body = gunzip(body, "request body", limit)
-            except InflatesTooFar:
-                receiver.count_rejection("too_large")
-                self._status(413, _CODE_RESOURCE_EXHAUSTED,
-                             f"body inflates to more than {limit} bytes", is_json)
-                return
-            except InputError as e:
-                receiver.count_rejection("malformed")
-                self._status(400, _CODE_INVALID_ARGUMENT, e.problem, is_json)
-                return
-        elif encoding != "identity":
-            receiver.count_rejection("unsupported_media_type")
-            self._status(415, _CODE_INVALID_ARGUMENT,
-                         f"unsupported content encoding {encoding!r}; use gzip", is_json)
-            return
-        if is_json:
-            try:
-                body = otlp_json_to_protobuf(body)
-            except ValueError as e:
-                receiver.count_rejection("malformed")
-                self._status(400, _CODE_INVALID_ARGUMENT, str(e), True)
-                return
-        try:
-            outcome = receiver.accept(body)
-        except Exception:
-            log.exception("HTTP receiver: accept failed")
-            outcome = Outcome("full", "internal error; try again")
-        if outcome.ok:
-            payload = b"{}" if is_json else b""
-            self._send(200, _JSON_TYPE if is_json else _PROTOBUF_TYPES[0], payload)
-        elif outcome.kind == "malformed":
-            self._status(400, _CODE_INVALID_ARGUMENT, outcome.message, is_json)
-        else:
-            self._status(503, _CODE_UNAVAILABLE, outcome.message, is_json,
-                         retry_after_s=outcome.retry_after_s)
-
-    def _discard(self, length: int) -> None:
-        left = length
-        while left > 0:
-            chunk = self.rfile.read(min(left, 1 << 20))
-            if not chunk:
-                break
-            left -= len(chunk)
-
-    def _status(
-        self,
-        http_status: int,
-        code: int,
-        message: str,
-        is_json: bool,
-        *,
-        retry_after_s: float | None = None,
-        close: bool = False,
-        extra: Sequence[tuple[str, str]] = (),
-    ) -> None:
-        if is_json:
-            body, ctype = _status_json(code, message), _JSON_TYPE
-        else:
-            body, ctype = _status_bytes(code, message), _PROTOBUF_TYPES[0]
-        headers = list(extra)
-        if retry_after_s is not None:
-            headers.append(("Retry-After", str(max(1, round(retry_after_s)))))
-        self._send(http_status, ctype, body, headers, close=close)
-
-    def _plain(self, status: int, body: bytes) -> None:
-        self._send(status, "text/plain; charset=utf-8", body)
-
-    def _send(
-        self,
-        status: int,
-        ctype: str,
-        body: bytes,
-        extra: Sequence[tuple[str, str]] = (),
-        *,
-        close: bool = False,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in extra:
-            self.send_header(key, value)
-        if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class HttpReceiver:
-    """OTLP/HTTP + `/healthz` + `/readyz` on `endpoint` (stdlib server, a thread per
-    connection: pipeline.md measured it above what the rest of the sidecar can take)."""
-
-    def __init__(
-        self,
-        endpoint: str,
-        accept: Accept,
-        *,
-        max_body_bytes: int = 20 * 1024 * 1024,
-        ready: Callable[[], tuple[bool, str]] = lambda: (True, ""),
-        on_rejection: Callable[[str], None] = lambda reason: None,
-        tls: TlsFiles | None = None,
-        token: TokenCheck | None = None,
-    ) -> None:
-        self.endpoint = endpoint
-        self.accept = accept
-        self.max_body_bytes = max_body_bytes
-        self.ready = ready
-        self.count_rejection = on_rejection
-        self.tls = tls
-        self.token = token
-        self._server: _HttpServer | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-
-    def start(self) -> int:
-        host, port = parse_host_port(self.endpoint)
-        try:
-            server = _HttpServer((host, port), _Handler)
-        except OSError as e:
-            raise ListenError(f"OTLP/HTTP receiver: cannot listen on {self.endpoint}: "
-                              f"{e.strerror or e}") from None
-        server.receiver = self
-        if self.tls is not None:
-            server.ssl_context = self.tls.ssl_context()
-        self.port = int(server.server_address[1])
-        thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.2},
-            name="attest-otel-http", daemon=True,
-        )
-        thread.start()
-        self._server = server
-        self._thread = thread
-        log.info("OTLP/HTTP receiver listening",
-                 extra={"endpoint": f"{host}:{self.port}", "path": "/v1/traces",
-                        "tls": "mtls" if self.tls and self.tls.client_ca_file else
-                               "on" if self.tls else "off",
-                        "auth": "bearer" if self.token else "off"})
-        return self.port
-
-    def stop(self) -> None:
-        """Stops accepting connections (requests already being read still get an answer)."""
-        server = self._server
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None

@@ -38,7 +38,8 @@ from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import iter_resource_spans
-from attest_otel.store import StoredGrade, StoreWriter
+from attest_otel.store import StoredGrade, Writer, part_digest
+from attest_otel.store.scrub import scrub_result
 
 __all__ = ["RecentTraces", "Regrader", "grade_span_request"]
 
@@ -56,6 +57,8 @@ class Prior:
 
     data: bytes
     grades: dict[str, dict[str, Any]]
+    parts: tuple[str, ...] = ()
+    """Digests of the stored parts `data` joins (a shared store's): what a regrade read."""
 
 
 class RecentTraces:
@@ -99,7 +102,7 @@ class Regrader:
         grade_run: Callable[[Run], CheckResult],
         forwarder: Forwarder,
         stats: SidecarStats,
-        store: StoreWriter | None,
+        store: Writer | None,
         content: ContentPolicy = KEEP,
     ) -> None:
         self.policy = policy
@@ -108,7 +111,10 @@ class Regrader:
         self.stats = stats
         self.store = store
         self.content = content
-        self.recent: RecentTraces | None = RecentTraces() if store is None else None
+        # With `content: drop` the store keeps no spans, so the spans graded before are
+        # remembered here (in memory, never on disk), as without a store.
+        self.recent: RecentTraces | None = (
+            RecentTraces() if store is None or content.mode == "drop" else None)
         self._spans = _GradeSpans(content)
 
     def remember(self, trace_id: str, data: bytes, runs: list[tuple[Run, CheckResult]]) -> None:
@@ -117,15 +123,44 @@ class Regrader:
             self.recent.put(trace_id, data, {r.span_id or "": g.to_dict() for r, g in runs})
 
     def prior(self, trace_id: str) -> Prior | None:
-        if self.store is None:
+        if self.store is None or self.recent is not None:
             return self.recent.get(trace_id) if self.recent is not None else None
+        pending_for = getattr(self.store, "pending_for", None)
+        if pending_for is not None:  # a shared store: what is in it, and what waits for it
+            return self._shared_prior(trace_id, pending_for)
         if not self.store.flush(_STORE_WAIT_S):
             log.warning("store: earlier writes still queued; regrading trace %s from what "
                         "is in", trace_id)
         stored = self.store.store.get_trace(trace_id)
         if stored is None:
             return None
-        return Prior(stored.data, {g.span_id: g.result for g in stored.grades})
+        return Prior(stored.data, {g.span_id: g.result for g in stored.grades}, stored.parts)
+
+    def _shared_prior(self, trace_id: str, pending_for: Any) -> Prior | None:
+        """The trace as the shared store holds it plus the writes still queued for it (read
+        first: a write committed meanwhile is then in both, and its part is joined once).
+        While the database is away only the queued writes are known."""
+        assert self.store is not None
+        pending: list[tuple[bytes, tuple[StoredGrade, ...]]] = pending_for(trace_id)
+        stored = None
+        if getattr(self.store, "reachable", True):
+            try:
+                stored = self.store.store.get_trace(trace_id)
+            except Exception as e:  # unreachable now: the queued writes are what is known
+                log.warning("store: cannot read trace %s (%s); regrading from the writes "
+                            "still queued", trace_id, " ".join(str(e).split()))
+        if stored is None and not pending:
+            return None
+        data = stored.data if stored is not None else b""
+        parts = stored.parts if stored is not None else ()
+        grades = {g.span_id: g.result for g in stored.grades} if stored is not None else {}
+        for chunk, queued in pending:
+            digest = part_digest(chunk) if chunk else None
+            if digest is not None and digest not in parts:
+                data += chunk
+                parts = (*parts, digest)
+            grades.update({g.span_id: g.result for g in queued})
+        return Prior(data, grades, parts)
 
     def __call__(self, trace: HeldTrace) -> None:
         late = bytes(trace.data)
@@ -139,14 +174,52 @@ class Regrader:
                 self._forward(late, trace)
                 self.stats.add(late_ungraded=trace.spans)
                 return
-            data, changed = self._regrade(trace, prior, late)
+            data, changed, runs = self._regrade(trace_id, prior, late)
         except Exception:
             log.exception("regrading failed; forwarding the late spans of trace %s ungraded",
                           trace_id, extra={"trace_id": trace_id, "spans": trace.spans})
             self._forward(late, trace)
             self.stats.add(late_ungraded=trace.spans, grade_failures=1)
             return
+        now = time.time_ns()
+        grades = [StoredGrade(trace_id, run.span_id or "", run.agent, now, result.to_dict())
+                  for run, result in changed]
+        if self.store is not None:  # before forwarding, as `grading.TraceGrader` does
+            self.store.put(trace_id, late, trace.spans, grades, basis=prior.parts, runs=runs)
+        if self.recent is not None:
+            self.recent.put(trace_id, late, {g.span_id: g.result for g in grades})
         self._forward(data, trace)
+        self._changed(trace_id, changed, late, trace.spans, trace.reason)
+
+    def refresh(self, trace_id: str) -> None:
+        """Grades a trace again from every part the shared store holds; never raises.
+
+        The shared store's writer asks for it when a write of this sidecar missed a part
+        another sidecar stored (the trace's spans reached both): the union is graded, the
+        runs whose grade changed get an `attest.grade` span, and the new grades replace
+        the partial ones (grades of runs the union no longer has, such as a run seen
+        without its agent span, are deleted). Without spans in the store (`content:
+        drop`) there is no union to grade.
+        """
+        if self.store is None or self.recent is not None:
+            return
+        try:
+            prior = self.prior(trace_id)
+            if prior is None or not prior.data:
+                return
+            _, changed, runs = self._regrade(trace_id, prior, b"")
+        except Exception:
+            log.exception("grading trace %s again from the shared store failed", trace_id)
+            return
+        now = time.time_ns()
+        grades = [StoredGrade(trace_id, run.span_id or "", run.agent, now, result.to_dict())
+                  for run, result in changed]
+        self.store.put(trace_id, b"", 0, grades, basis=prior.parts, runs=runs)
+        self._changed(trace_id, changed, b"", 0, "union")
+
+    def _changed(self, trace_id: str, changed: list[tuple[Run, CheckResult]], late: bytes,
+                 late_spans: int, reason: str | None) -> None:
+        """The `attest.grade` spans of regraded runs whose spans went out before; counts."""
         stale = [(run, result) for run, result in changed if not _within(run, result, late)]
         if stale:
             try:
@@ -159,21 +232,15 @@ class Regrader:
             log.info("graded run again", extra={
                 "trace_id": trace_id, "span_id": run.span_id, "agent": run.agent,
                 "verdict": result.verdict, "score": round(result.score, 3),
-                "late_spans": trace.spans, "released": trace.reason})
-        now = time.time_ns()
-        grades = [StoredGrade(trace_id, run.span_id or "", run.agent, now, result.to_dict())
-                  for run, result in changed]
-        if self.store is not None:
-            self.store.put(trace_id, late, trace.spans, grades)
-        elif self.recent is not None:
-            self.recent.put(trace_id, late, {g.span_id: g.result for g in grades})
+                "late_spans": late_spans, "released": reason})
 
     def _forward(self, data: bytes, trace: HeldTrace) -> None:
         self.forwarder.offer(ForwardItem(data, trace.spans, tuple(trace.records), mergeable=True))
 
-    def _regrade(self, trace: HeldTrace, prior: Prior,
-                 late: bytes) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
-        """(the late spans annotated, the runs whose grade is new or changed)."""
+    def _regrade(self, trace_id: str, prior: Prior, late: bytes
+                 ) -> tuple[bytes, list[tuple[Run, CheckResult]], list[str]]:
+        """(the late spans annotated, the runs whose grade is new or changed, the agent
+        span id of every run found)."""
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceRequest,
         )
@@ -182,17 +249,19 @@ class Regrader:
         from attest_otel.sidecar.grading import grade_decoded
 
         request = ExportTraceServiceRequest.FromString(prior.data + late)
-        decoded = decode_request(request, source=f"trace {trace.trace_id_hex}")
+        decoded = decode_request(request, source=f"trace {trace_id}")
         _, runs = grade_decoded(request, decoded, self.policy, self.grade_run, self.content)
         # Both parts are concatenated ResourceSpans records: the late ones come last.
         keep = sum(1 for _ in iter_resource_spans(late))
         out = ExportTraceServiceRequest()
         if keep:
             out.resource_spans.extend(request.resource_spans[-keep:])
+        # The store keeps grades as the content policy lets it: compare like with like.
         changed = [(run, result) for run, result in runs
-                   if prior.grades.get(run.span_id or "") != result.to_dict()]
+                   if prior.grades.get(run.span_id or "") not in (
+                       result.to_dict(), scrub_result(result.to_dict(), self.content))]
         data: bytes = out.SerializeToString()
-        return data, changed
+        return data, changed, [run.span_id or "" for run, _ in runs]
 
 
 def _within(run: Run, result: CheckResult, late: bytes) -> bool:

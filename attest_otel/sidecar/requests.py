@@ -3,11 +3,18 @@
 Classify each span's trace on the wire, hold the spans of GenAI traces in the buffer,
 pass the rest on as they came, and keep the durable log right. Never raises: a request
 that cannot be parsed gets the protocol's "bad data" answer, a full queue "try later".
+
+Admission follows grading: a sidecar that takes GenAI spans faster than it grades them only
+moves the queue from the sender (who can hold it, and knows) into its own memory, and every
+graded span waits longer. So beyond the forward queue's bound, a request is refused ("try
+later") while the spans waiting for grading exceed what grading clears in `horizon_s` at its
+measured rate (`GradingCapacity`), or `max_backlog_spans`.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -32,6 +39,42 @@ from attest_otel.sidecar.wire import (
 log = logging.getLogger(__name__)
 
 
+class GradingCapacity:
+    """How many spans may wait for grading: what grading clears in `horizon_s`, at the rate
+    measured over the last busy seconds (spans graded per second while a backlog remained),
+    never less than `floor_spans` (one or two large requests, so a cold start is not
+    refused)."""
+
+    def __init__(self, horizon_s: float, *, floor_spans: int = 4096,
+                 window_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.horizon_s = horizon_s
+        self.floor_spans = floor_spans
+        self.window_s = window_s
+        self.rate = 0.0
+        """Spans graded per second while grading was busy (0 until measured)."""
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._start = clock()
+        self._count = 0
+
+    def graded(self, spans: int, backlog: int) -> None:
+        """A trace of `spans` finished grading; `backlog` spans still wait."""
+        with self._lock:
+            self._count += spans
+            now = self._clock()
+            elapsed = now - self._start
+            if elapsed < self.window_s:
+                return
+            if backlog > 0:  # busy all along (roughly): the window measured capacity
+                rate = self._count / elapsed
+                self.rate = rate if self.rate == 0 else 0.5 * self.rate + 0.5 * rate
+            self._start = now
+            self._count = 0
+
+    def allowed(self) -> int:
+        return max(self.floor_spans, int(self.rate * self.horizon_s))
+
+
 class RequestPath:
     """What the receivers call: classify, hold or pass, and keep the durable log right."""
 
@@ -47,7 +90,11 @@ class RequestPath:
         max_backlog_spans: int,
         unready_after_s: float = 30.0,
         declared: DeclaredMarks | None = None,
+        capacity: GradingCapacity | None = None,
     ) -> None:
+        self.capacity = capacity
+        """Grading's measured capacity, which bounds the backlog; None: `max_backlog_spans`
+        alone."""
         self.declared = declared
         """The policy's declared dialects: their spans are held like GenAI spans."""
         self.buffer = buffer
@@ -79,9 +126,11 @@ class RequestPath:
         return True, ""
 
     def has_room(self, spans: int, size: int) -> bool:
+        backlog = self.stats.grading_spans
         return (
             self.forwarder.has_room(spans, size)
-            and self.stats.grading_spans <= self.max_backlog_spans
+            and backlog <= self.max_backlog_spans
+            and (self.capacity is None or backlog <= self.capacity.allowed())
         )
 
     def accept(self, data: bytes) -> Outcome:

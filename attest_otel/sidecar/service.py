@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
@@ -41,26 +42,28 @@ from attest_otel.model import CheckResult, Run
 from attest_otel.sidecar.api import GraderApi
 from attest_otel.sidecar.buffer import HeldTrace, SpanFacts, TraceBuffer
 from attest_otel.sidecar.config import ServiceConfig, read_token
+from attest_otel.sidecar.evaluation_logs import EvaluationLogs
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate
 from attest_otel.sidecar.grading import TraceGrader, init_worker, warm_worker
+from attest_otel.sidecar.http_receiver import HttpReceiver
 from attest_otel.sidecar.probe import agent_probe
 from attest_otel.sidecar.receivers import (
     GrpcReceiver,
-    HttpReceiver,
     TlsFiles,
     TokenCheck,
     exposure_warning,
+    metrics_exposure_warning,
 )
 from attest_otel.sidecar.regrade import Regrader
-from attest_otel.sidecar.requests import RequestPath
+from attest_otel.sidecar.requests import GradingCapacity, RequestPath
 from attest_otel.sidecar.stats import SidecarStats, register_metrics
 from attest_otel.sidecar.wal import DurableLog
 from attest_otel.sidecar.wire import (
     DeclaredMarks,
     split_request,
 )
-from attest_otel.store import StoreWriter, TraceStore
+from attest_otel.store import Store, Writer, open_store, open_writer, redact
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,8 @@ class Service:
         self.judge = judge
         self.stats = SidecarStats()
         self.wal: DurableLog | None = (
-            DurableLog(config.buffer.dir, segment_bytes=config.buffer.segment_bytes)
+            DurableLog(config.buffer.dir, segment_bytes=config.buffer.segment_bytes,
+                       max_bytes=config.buffer.max_dir_bytes)
             if config.buffer.dir is not None
             else None
         )
@@ -95,11 +99,14 @@ class Service:
             max_backlog_spans=config.grading.max_backlog_spans,
             unready_after_s=fwd.unready_after_s,
             declared=_declared_marks(policy),
+            capacity=GradingCapacity(max(config.buffer.grace_s, 0.2)),
         )
         self.gate: ModelGate | None = None
         self.telemetry: Any = None
-        self.store: TraceStore | None = None
-        self.store_writer: StoreWriter | None = None
+        self.evaluation_logs: EvaluationLogs | None = None
+        """The grade log events: encoded where graded, sent by the sidecar (not the SDK)."""
+        self.store: Store | None = None
+        self.store_writer: Writer | None = None
         self.grader: TraceGrader | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._processes: ProcessPoolExecutor | None = None
@@ -128,17 +135,17 @@ class Service:
             )
         tel = config.telemetry
         if tel.logs or tel.metrics or tel.prometheus:
+            target = telemetry_target(config)
             self.telemetry = build_telemetry(
-                endpoint=tel.endpoint or config.forward.endpoint,
-                protocol=tel.protocol or config.forward.protocol,
                 spans=False,
-                logs=tel.logs,
+                logs=False,  # sent as OTLP bytes by `evaluation_logs`, not the SDK
                 metrics=tel.metrics,
                 prometheus=tel.prometheus,
                 label_cap=tel.label_cap,
-                timeout_s=tel.timeout_s,
-                headers=config.forward.headers or None,
+                label_max_chars=tel.label_max_chars,
+                label_ttl_s=tel.label_ttl_s,
                 content=config.content,
+                **target,
             )
             if self.telemetry.meter_provider is not None:
                 from attest_otel import semconv
@@ -149,12 +156,15 @@ class Service:
                 )
                 register_metrics(meter, self)
         if config.store.enabled:
-            self.store = TraceStore(
-                config.store.path,
+            opened = open_store(  # a URL: the fleet's shared store, migrated now
+                config.store.url or config.store.path,
                 max_age_s=config.store.max_age_s,
                 max_bytes=config.store.max_bytes,
             )
-            self.store_writer = StoreWriter(self.store)
+            self.store = opened
+            spool = config.buffer.dir / "store-queue" if config.buffer.dir else None
+            self.store_writer = open_writer(opened, spool_dir=spool, content=config.content,
+                                            max_queue_bytes=config.store.max_queue_bytes)
         emit = None
         if self.telemetry is not None:
             telemetry = self.telemetry
@@ -176,6 +186,40 @@ class Service:
             stats=self.stats, store=self.store_writer, content=config.content)
         self.grader.regrade = regrader
         self.grader.remember = regrader.remember
+        if config.store.enabled and config.store.url is not None:
+            from attest_otel.store.shared_writer import SharedStoreWriter
+
+            if isinstance(self.store_writer, SharedStoreWriter):  # another sidecar's spans
+                self.store_writer.on_stale = self._stale(regrader)
+        if tel.logs:
+            self.evaluation_logs = EvaluationLogs(config.forward, telemetry_target(config))
+            self.grader.send_logs = self.evaluation_logs.send
+
+    def _stale(self, regrader: Regrader) -> Callable[[str], None]:
+        """What the shared store's writer calls for a trace another sidecar also stored
+        spans of: graded again from the whole trace, on the grading pool."""
+
+        def refresh(trace_id: str) -> None:
+            pool = self._pool
+            if pool is None:
+                return
+            try:
+                pool.submit(regrader.refresh, trace_id)
+            except RuntimeError:  # shutting down: the next writer of the trace will
+                log.warning("store: trace %s not graded again from its whole (shutdown)",
+                            trace_id)
+
+        return refresh
+
+    def _ready(self) -> tuple[bool, str]:
+        """/readyz: the request path's reasons, and a full queue of writes to the store."""
+        ready, why = self.requests.ready()
+        backlog = getattr(self.store_writer, "backlog", None)
+        if ready and backlog is not None:
+            full = backlog()
+            if full is not None:
+                return False, full
+        return ready, why
 
     def _probe(self, trace: HeldTrace, chunk: bytes, whole: bool,
                spans: list[SpanFacts]) -> set[bytes]:
@@ -190,20 +234,11 @@ class Service:
         import multiprocessing
 
         policy = self.config.grading.policy
-        tel = self.config.telemetry
-        log_events = None
-        if tel.logs:
-            log_events = {
-                "endpoint": tel.endpoint or self.config.forward.endpoint,
-                "protocol": tel.protocol or self.config.forward.protocol,
-                "timeout_s": tel.timeout_s,
-                "headers": dict(self.config.forward.headers) or None,
-            }
         pool = ProcessPoolExecutor(
             max_workers=count,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=init_worker,
-            initargs=(str(policy) if policy is not None else None, log_events,
+            initargs=(str(policy) if policy is not None else None,
                       self.config.content),
         )
         try:
@@ -231,7 +266,17 @@ class Service:
         grader = self.grader
         if pool is None or grader is None:
             return
+        limit = self.config.grading.max_trace_bytes
         for trace in traces:
+            if len(trace.data) > limit and not trace.late:
+                # Grading costs about 40x a trace's bytes: past the cap it goes on ungraded.
+                log.warning("trace %s holds %d bytes, over grading.max_trace_size_mib: "
+                            "forwarded ungraded", trace.trace_id_hex, len(trace.data),
+                            extra={"trace_id": trace.trace_id_hex, "spans": trace.spans})
+                self.stats.graded("too_large", 0, False)
+                self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans,
+                                                 tuple(trace.records)))
+                continue
             self.stats.add(grading_spans=trace.spans)
             try:
                 future = pool.submit(grader, trace)
@@ -249,6 +294,8 @@ class Service:
             trace = self._pending.pop(future, None)
         if trace is not None:
             self.stats.add(grading_spans=-trace.spans)
+            if self.requests.capacity is not None:
+                self.requests.capacity.graded(trace.spans, self.stats.grading_spans)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -263,10 +310,12 @@ class Service:
                 self.store_writer.start()
             self._start_processes()
             self._pool = ThreadPoolExecutor(
-                max_workers=max(self.config.grading.workers, 2 * self.config.grading.processes),
+                max_workers=max(self.config.grading.workers, 8 * self.config.grading.processes),
                 thread_name_prefix="attest-otel-grade",
             )
             self.forwarder.start()
+            if self.evaluation_logs is not None:
+                self.evaluation_logs.start()
             self.buffer.start()
             if self.wal is not None:
                 replay = self.wal.open()
@@ -283,10 +332,18 @@ class Service:
                 if rc.auth_token_file is not None
                 else None
             )
-            warning = exposure_warning((rc.grpc_endpoint, rc.http_endpoint),
-                                       tls=tls is not None, token=token is not None)
-            if warning:
-                log.warning(warning)
+            grader_token = (
+                TokenCheck(read_token(rc.grader_token_file))
+                if rc.grader_token_file is not None
+                else None
+            )
+            for warning in (
+                exposure_warning((rc.grpc_endpoint, rc.http_endpoint),
+                                 tls=tls is not None, token=token is not None),
+                metrics_exposure_warning(self.config.telemetry.prometheus),
+            ):
+                if warning:
+                    log.warning(warning)
             self.grpc = GrpcReceiver(
                 rc.grpc_endpoint,
                 self.requests.accept,
@@ -295,6 +352,7 @@ class Service:
                 add_services=[self._add_grader_api],
                 tls=tls,
                 token=token,
+                grader_token=grader_token,
                 on_rejection=self.stats.reject,
             )
             self.grpc.start()
@@ -302,7 +360,13 @@ class Service:
                 rc.http_endpoint,
                 self.requests.accept,
                 max_body_bytes=rc.http_max_body_bytes,
-                ready=self.requests.ready,
+                max_json_bytes=rc.http_max_json_bytes,
+                workers=rc.http_workers,
+                max_connections=rc.http_max_connections,
+                header_timeout_s=rc.http_header_timeout_s,
+                body_timeout_s=rc.http_body_timeout_s,
+                max_concurrent_decodes=rc.max_concurrent_decodes,
+                ready=self._ready,
                 on_rejection=self.stats.reject,
                 tls=tls,
                 token=token,
@@ -317,7 +381,8 @@ class Service:
                 "grpc": f"{_host(self.config.receivers.grpc_endpoint)}:{self.grpc.port}",
                 "http": f"{_host(self.config.receivers.http_endpoint)}:{self.http.port}",
                 "forward": f"{self.config.forward.endpoint} ({self.config.forward.protocol})",
-                "store": str(self.config.store.path) if self.config.store.enabled else "off",
+                "store": (redact(self.config.store.url or self.config.store.path)
+                          if self.config.store.enabled else "off"),
                 "buffer_dir": str(self.config.buffer.dir) if self.config.buffer.dir else "off",
                 "model_checks": "on" if self.gate is not None else "off",
                 "prometheus": getattr(self.telemetry, "prometheus_url", None) or "off",
@@ -361,6 +426,8 @@ class Service:
             self._submit(self.buffer.release_all())
             self._drain_grading(deadline)
             delivered = self.forwarder.shutdown(deadline)
+            if self.evaluation_logs is not None:
+                self.evaluation_logs.shutdown(max(deadline, time.monotonic() + 1.0))
             if self.telemetry is not None:
                 remaining = max(1.0, deadline - time.monotonic())
                 try:
@@ -384,6 +451,7 @@ class Service:
                     "traces_graded": sum(s.traces_graded.values()),
                     "traces_regraded": s.traces_regraded,
                     "grade_failures": s.grade_failures,
+                    "possible_duplicates": self.forwarder.stats.possible_duplicates,
                     "delivered_all": delivered,
                 },
             )
@@ -411,6 +479,41 @@ class Service:
                 self.grader.pool = None
             self._processes.shutdown(wait=True, cancel_futures=True)
             self._processes = None
+
+
+def telemetry_target(config: ServiceConfig) -> dict[str, Any]:
+    """Where the grade log events and metrics go, and with what credentials.
+
+    To the forward host (no `telemetry.endpoint`, or the same host:port): with the forward
+    TLS material and, unless `telemetry.headers` is set, the forward headers. Anywhere else:
+    with `telemetry.headers` only, never the forward ones. OTEL_EXPORTER_OTLP_HEADERS was
+    read once, as forward headers, and is taken out of the environment so the SDK exporters
+    do not send it to every endpoint.
+    """
+    import os
+
+    from attest_otel.export.telemetry import ExportTls
+    from attest_otel.sidecar.config import parse_host_port
+
+    os.environ.pop("OTEL_EXPORTER_OTLP_HEADERS", None)
+    tel, fwd = config.telemetry, config.forward
+    endpoint = tel.endpoint or fwd.endpoint
+    same = tel.endpoint is None
+    if not same and endpoint is not None and fwd.endpoint is not None:
+        try:
+            same = parse_host_port(endpoint) == parse_host_port(fwd.endpoint)
+        except ValueError:
+            same = False
+    tls = None
+    if same and endpoint is not None and (fwd.tls_files or fwd.endpoint.startswith("https://")):
+        tls = ExportTls(
+            str(fwd.tls_ca_file) if fwd.tls_ca_file else None,
+            str(fwd.tls_cert_file) if fwd.tls_cert_file else None,
+            str(fwd.tls_key_file) if fwd.tls_key_file else None,
+        )
+    headers = dict(tel.headers) or (dict(fwd.headers) if same else {})
+    return {"endpoint": endpoint, "protocol": tel.protocol or fwd.protocol,
+            "timeout_s": tel.timeout_s, "headers": headers or None, "tls": tls}
 
 
 def _host(endpoint: str) -> str:

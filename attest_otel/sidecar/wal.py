@@ -19,6 +19,18 @@ then looks for the next intact record of that segment (a damaged record in the m
 garbage appended, costs only itself) and says in the log what it skipped. A segment that
 cannot be read at all is skipped with an error in the log; the others are replayed.
 
+Two bounds keep the directory from growing while a few records stay undone (a trace kept
+alive by a span a second holds every request it was in, and so every segment):
+
+- compaction: when a segment is sealed, every older segment whose undone records fill less
+  than a quarter of it has them copied into the new segment (same record ids, fsynced) and
+  is deleted. Replay reads a record id from any segment at or after its own, and takes each
+  id once, done if any segment's `.ack` says so (a crash between the copy and the delete
+  leaves both copies, replayed once);
+- `max_bytes`: past it, a request is compacted for first and then refused (`BufferDirError`,
+  "retry later") rather than written, so the disk never fills. (The buffer's `max_hold_s`
+  is what makes the held records done eventually.)
+
 A write or fsync that fails (a full disk: ENOSPC, or EIO) raises `BufferDirError` and the
 request is not acknowledged (the receivers answer "retry later"): the partial record is
 cut off again (or, when that fails too, the segment is sealed and the next request starts a
@@ -56,14 +68,21 @@ class _Segment:
     ack_path: Path
     pending: set[int] = field(default_factory=set)
     sealed: bool = False
+    size: int = 0
 
 
 class DurableLog:
     """Segmented, fsynced request log with per-record reference counts."""
 
-    def __init__(self, directory: str | Path, *, segment_bytes: int = 64 * 1024 * 1024):
+    def __init__(self, directory: str | Path, *, segment_bytes: int = 64 * 1024 * 1024,
+                 max_bytes: int | None = None):
         self.dir = Path(directory)
         self.segment_bytes = segment_bytes
+        self.max_bytes = max_bytes
+        self._sizes: dict[int, int] = {}  # undone record -> its bytes on disk
+        self._where: dict[int, int] = {}  # a moved record -> the segment holding it now
+        self.compactions = 0
+        self.refused_full = 0
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._refs: dict[int, int] = {}
@@ -91,25 +110,37 @@ class DurableLog:
         self.dir.mkdir(parents=True, exist_ok=True)
         pending: list[tuple[int, bytes]] = []
         last_seq = 0
+        found: list[tuple[int, Path]] = []
+        done: set[int] = set()
         for path in sorted(self.dir.glob("wal-*.log")):
             try:
                 seq = int(path.stem.split("-", 1)[1])
             except ValueError:
                 continue
+            found.append((seq, path))
+            try:
+                done |= self._read_acks(path.with_suffix(".ack"))
+            except OSError as e:
+                log.error("buffer-dir: %s cannot be read (%s)", path.with_suffix(".ack").name,
+                          e.strerror or e)
+        for seq, path in found:
             last_seq = max(last_seq, seq)
             segment = _Segment(seq, path, path.with_suffix(".ack"), sealed=True)
             try:
-                done = self._read_acks(segment.ack_path)
                 records = self._read_records(path, seq)
+                segment.size = path.stat().st_size
             except OSError as e:
                 log.error("buffer-dir: %s cannot be read (%s); skipped, the rest is replayed",
                           path.name, e.strerror or e)
                 continue
             for rid, data in records:
-                if rid in done:
-                    continue
+                if rid in done or rid in self._refs:
+                    continue  # done, or a copy compaction made (replayed once)
                 segment.pending.add(rid)
                 self._refs[rid] = 0
+                self._sizes[rid] = _HEADER.size + len(data)
+                if rid >> _SEGMENT_SHIFT != seq:
+                    self._where[rid] = seq
                 self._pinned.add(rid)
                 pending.append((rid, data))
             if segment.pending:
@@ -186,6 +217,46 @@ class DurableLog:
         self._failed_upto = 0
         self._poisoned = False
         self._generation += 1
+        self._compact()
+
+    def _compact(self, force: bool = False) -> None:
+        """Copies the undone records of mostly-done sealed segments (all sealed segments
+        when `force`) into the active one, fsyncs, and deletes the old files (lock held)."""
+        active = self._active
+        if active is None:
+            return
+        for segment in [s for s in self._segments.values() if s is not active]:
+            live = sum(self._sizes.get(rid, 0) for rid in segment.pending)
+            if not segment.pending or (not force and live * 4 >= max(segment.size, 1)):
+                continue
+            try:
+                records = [r for r in self._read_records(segment.path, segment.seq)
+                           if r[0] in segment.pending]
+                blob = b"".join(_HEADER.pack(len(data), zlib.crc32(data), rid) + data
+                                for rid, data in records)
+                _write_all(self._fd, blob)
+                os.fsync(self._fd)
+            except OSError as e:
+                log.warning("buffer-dir: cannot compact %s (%s)", segment.path.name,
+                            e.strerror or e)
+                self._cut(self._written)
+                return
+            self._written += len(blob)
+            self._synced = self._written
+            active.size += len(blob)
+            for rid, _data in records:
+                self._where[rid] = active.seq
+                active.pending.add(rid)
+            self._remove(segment)
+            del self._segments[segment.seq]
+            self.compactions += 1
+            log.info("buffer-dir: %s compacted: %d undone record(s), %d of %d bytes kept",
+                     segment.path.name, len(records), len(blob), segment.size)
+
+    @property
+    def disk_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments.values())
 
     # --- the data path ---------------------------------------------------------------------
 
@@ -209,6 +280,13 @@ class DurableLog:
                                                   f"{e.strerror or e}") from e
                 active = self._active
                 assert active is not None
+            need = _HEADER.size + len(data)
+            if self.max_bytes is not None:
+                if sum(s.size for s in self._segments.values()) + need > self.max_bytes:
+                    self._compact(force=True)
+                if sum(s.size for s in self._segments.values()) + need > self.max_bytes:
+                    self.refused_full += 1
+                    raise BufferDirError(28, "the buffer dir is at buffer.max_dir_size_mib")
             rid = (active.seq << _SEGMENT_SHIFT) | self._next_index
             start = self._written
             try:
@@ -218,8 +296,10 @@ class DurableLog:
                 self._cut(start)
                 raise BufferDirError(e.errno, f"cannot write: {e.strerror or e}") from e
             self._next_index += 1
-            self._written += _HEADER.size + len(data)
+            self._written += need
+            active.size += need
             active.pending.add(rid)
+            self._sizes[rid] = need
             self._refs[rid] = 0
             self._pinned.add(rid)
             self.records_written += 1
@@ -234,6 +314,7 @@ class DurableLog:
                 # Not known to be on disk: not acknowledged, so not ours to replay either
                 # (if it did reach the disk, a restart sends it once more: a duplicate).
                 self._refs.pop(rid, None)
+                self._sizes.pop(rid, None)
                 self._pinned.discard(rid)
                 active.pending.discard(rid)
             raise BufferDirError(e.errno, f"cannot fsync: {e.strerror or e}") from e
@@ -308,7 +389,8 @@ class DurableLog:
     def _done(self, rid: int) -> None:
         """Marks a record done (lock held); a sealed segment with nothing left goes away."""
         del self._refs[rid]
-        segment = self._segments.get(rid >> _SEGMENT_SHIFT)
+        self._sizes.pop(rid, None)
+        segment = self._segments.get(self._where.pop(rid, rid >> _SEGMENT_SHIFT))
         if segment is None:
             return
         segment.pending.discard(rid)
@@ -355,7 +437,7 @@ def _record_at(raw: bytes, pos: int, seq: int | None) -> tuple[int, bytes] | Non
     if pos + _HEADER.size > len(raw):
         return None
     length, crc, rid = _HEADER.unpack_from(raw, pos)
-    if seq is not None and rid >> _SEGMENT_SHIFT != seq:
+    if seq is not None and rid >> _SEGMENT_SHIFT > seq:  # older ids: copied by compaction
         return None
     start = pos + _HEADER.size
     if start + length > len(raw):

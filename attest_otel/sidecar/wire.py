@@ -24,7 +24,7 @@ this module sees it, so this is a second line of defence, not the validator.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from attest_otel.ingest.candidate import (
@@ -39,6 +39,7 @@ __all__ = [
     "DeclaredMarks",
     "ScopeGroup",
     "WireError",
+    "append_to_spans",
     "encode_groups",
     "encode_varint",
     "field_bytes",
@@ -406,6 +407,41 @@ def encode_spans(resource_fields: bytes, scope_fields: bytes, spans: Iterable[by
 def encode_groups(groups: Iterable[tuple[tuple[bytes, bytes], Sequence[bytes]]]) -> bytes:
     """A request from ((resource fields, scope fields), span records) pairs."""
     return b"".join(encode_spans(res, scope, spans) for (res, scope), spans in groups if spans)
+
+
+def append_to_spans(data: bytes, additions: Mapping[bytes, bytes]) -> tuple[bytes, int]:
+    """`data` (a traces request) with `additions[span id]` appended to the encoding of each
+    span it names (by raw span id), and how many spans changed.
+
+    Appending fields is how the grade is written (`export.annotate.annotation_bytes`): a
+    parser merges them into the span. Every other span keeps its bytes; only the lengths of
+    the changed spans and of their ScopeSpans and ResourceSpans are framed anew.
+    """
+    if not additions:
+        return data, 0
+    changed = 0
+    out: list[bytes] = []
+    resource: bytes | None = None
+    scopes: list[bytes] = []
+    for group in split_request(data):
+        records: list[bytes] = []
+        for _trace_id, _name, record in group.spans:
+            extra = additions.get(span_links(record)[0])
+            if extra is not None:
+                _length, start = _varint(record, 1, len(record))
+                record = field_bytes(0x12, record[start:] + extra)
+                changed += 1
+            records.append(record)
+        # The groups of one ResourceSpans share its fields' bytes object (`_split`): keep
+        # them under one resource again, as they came.
+        if group.resource_fields is not resource and resource is not None:
+            out.append(_frame(0x0A, [resource, *scopes]))
+            scopes = []
+        resource = group.resource_fields
+        scopes.append(_frame(0x12, [group.scope_fields, *records]))
+    if resource is not None:
+        out.append(_frame(0x0A, [resource, *scopes]))
+    return b"".join(out), changed
 
 
 def split_to_size(data: bytes, max_bytes: int) -> list[bytes]:

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.errors import SourceError
+from attest_otel.store.scrub import scrub_result, scrub_traces
 
 __all__ = ["StoreWriter", "StoredGrade", "StoredTrace", "TraceStore", "default_store_path"]
 
@@ -74,6 +76,26 @@ class StoredTrace:
     first_ns: int
     updated_ns: int
     grades: tuple[StoredGrade, ...]
+    parts: tuple[str, ...] = ()
+    """Digests of the stored parts the data joins (the shared store's; empty here)."""
+
+
+def _private_file(path: Path) -> None:
+    """The store holds prompts and tool outputs: its directory is created 0700 and the
+    database 0600 before SQLite opens it. SQLite gives its -wal and -shm files the mode of
+    the database file, so they are 0600 too; an existing store is tightened the same way."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    for one in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            if one.stat().st_mode & 0o077:
+                os.chmod(one, 0o600)
+        except FileNotFoundError:
+            pass
+        except OSError as e:  # not ours to change (a shared store): say so, go on
+            log.warning("store: cannot make %s private: %s", one, e.strerror or e)
 
 
 def default_store_path() -> Path:
@@ -95,6 +117,7 @@ class TraceStore:
         readonly: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.location = str(self.path)
         self.max_age_s = max_age_s
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -105,7 +128,7 @@ class TraceStore:
             uri = f"file:{self.path}?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=10)
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _private_file(self.path)
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -304,8 +327,11 @@ class StoreWriter:
     (`dropped`), because the store is a convenience and must not slow the pipeline.
     """
 
-    def __init__(self, store: TraceStore, *, max_pending: int = 10_000, prune_every: int = 500):
+    def __init__(self, store: TraceStore, *, max_pending: int = 10_000, prune_every: int = 500,
+                 content: ContentPolicy = KEEP):
         self.store = store
+        self.content = content
+        """Applied to each write on the writer thread (`scrub`): what the store keeps."""
         self.dropped = 0
         self.errors = 0
         self.written = 0
@@ -321,8 +347,10 @@ class StoreWriter:
             self._thread.start()
 
     def put(
-        self, trace_id: str, data: bytes, span_count: int, grades: Sequence[StoredGrade] = ()
+        self, trace_id: str, data: bytes, span_count: int, grades: Sequence[StoredGrade] = (),
+        *, basis: Sequence[str] | None = None, runs: Sequence[str] | None = None,
     ) -> None:
+        """`basis`/`runs` matter to a shared store (`postgres`); this one has one writer."""
         try:
             self._queue.put_nowait(_Put(trace_id, data, span_count, tuple(grades)))
         except queue.Full:
@@ -342,8 +370,7 @@ class StoreWriter:
             items = [i for i in batch if i is not None]
             if items:
                 try:
-                    self.store.put_many(
-                        [(i.trace_id, i.data, i.span_count, i.grades) for i in items])
+                    self.store.put_many([self._scrubbed(i) for i in items])
                     self.written += len(items)
                     since_prune += len(items)
                     if since_prune >= self._prune_every:
@@ -356,6 +383,14 @@ class StoreWriter:
                 self._queue.task_done()
             if None in batch:
                 return
+
+    def _scrubbed(self, item: _Put) -> tuple[str, bytes, int, Sequence[StoredGrade]]:
+        policy = self.content
+        if policy.mode == "keep":
+            return item.trace_id, item.data, item.span_count, item.grades
+        grades = [StoredGrade(g.trace_id, g.span_id, g.agent, g.graded_ns,
+                              scrub_result(g.result, policy)) for g in item.grades]
+        return item.trace_id, scrub_traces(item.data, policy), item.span_count, grades
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Waits until every write queued so far is in the database; False at the timeout.

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from google.protobuf import json_format  # type: ignore[import-untyped]
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
@@ -82,8 +83,14 @@ def _otlp_json(span: PbSpan) -> dict[str, Any]:
 def test_every_verdict_encodes_as_in_the_golden_file() -> None:
     encoded = _encoded()
     if os.environ.get("ATTEST_OTEL_UPDATE_GOLDEN"):
+        # Update mode never passes: the rewritten file is for a human to read (git diff)
+        # before a run without the variable can bless it.
+        old = GOLDEN.read_text() if GOLDEN.exists() else ""
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(json.dumps(encoded, indent=2, ensure_ascii=False) + "\n")
+        changed = "changed" if GOLDEN.read_text() != old else "unchanged"
+        pytest.fail(f"{GOLDEN.name} rewritten ({changed}): review `git diff` and run again "
+                    "without ATTEST_OTEL_UPDATE_GOLDEN", pytrace=False)
     assert encoded == json.loads(GOLDEN.read_text())
 
 

@@ -30,6 +30,9 @@ class Downstream:
         self.down = False
         self.delay_s = 0.0
         self.requests: dict[str, list[bytes]] = {"traces": [], "logs": [], "metrics": []}
+        self.metadata: dict[str, list[dict[str, str]]] = {"traces": [], "logs": [],
+                                                          "metrics": []}
+        """The metadata (headers) each request came with, by signal."""
         self.refused = 0
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
@@ -70,6 +73,8 @@ class Downstream:
                 context.abort(grpc.StatusCode.UNAVAILABLE, "downstream told to be down")
             with self._cond:
                 self.requests[signal].append(request)
+                self.metadata[signal].append(
+                    {k: str(v) for k, v in context.invocation_metadata()})
                 self._cond.notify_all()
             return b""
         return export

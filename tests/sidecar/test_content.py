@@ -121,3 +121,45 @@ def test_sidecar_model_checks_never_send_dropped_content_and_cut_truncated_conte
             for _name, body in fenced:
                 assert len(html.unescape(body)) <= 40
             assert SECRET not in text
+
+
+@pytest.mark.parametrize("mode", ["truncate", "drop"])
+def test_the_store_and_grade_trace_follow_the_content_mode(
+    sidecar: Sidecar, downstream: Downstream, mode: str
+) -> None:
+    import grpc
+
+    from attest_otel._proto.attest_otel.v1 import grader_pb2, grader_pb2_grpc
+
+    secret = "customer 4111-1111-1111-1111 " * 20
+    sidecar.config = {"content": {"mode": mode, "max_chars": 32}}
+    sidecar.start()
+    tp = provider(GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True))
+    tid, ids = agent_run(tp.get_tracer("t"), tools=(("lookup", secret),), answer=secret)
+    tp.force_flush()
+    tp.shutdown()
+    assert downstream.wait_spans(set(ids)), sidecar.log()
+    with grpc.insecure_channel(sidecar.grpc_endpoint) as channel:
+        stub = grader_pb2_grpc.GraderStub(channel)
+        import time
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                graded = stub.GradeTrace(grader_pb2.GradeTraceRequest(trace_id=tid), timeout=10)
+                break
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.NOT_FOUND or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    assert [r.span_id for r in graded.runs] == [ids[-1]]
+    answer = graded.runs[0]
+    assert "4111-1111-1111-1111 customer" not in str(answer)
+    if mode == "drop":
+        assert not answer.HasField("run") and answer.result.verdict
+    else:
+        output = answer.run.steps[0].tool_call.output.string_value
+        assert len(output) == 32 and output.endswith(TRUNCATED_MARKER)
+    assert sidecar.terminate() == 0
+    stored = b"".join(p.read_bytes() for p in sidecar.tmp.glob("store.db*"))
+    assert b"4111-1111-1111-1111 customer" not in stored

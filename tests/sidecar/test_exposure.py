@@ -309,3 +309,152 @@ def test_tls_and_token_config_is_checked_whole(tmp_path: Path, pki: Pki) -> None
     assert good.receivers.tls_cert_file == pki.server_cert
     assert good.content.mode == "drop" and good.content.max_chars == 256
 
+
+
+# --- the grade telemetry: TLS and whose headers (issue 16, item 1) ---------------------------
+
+
+def _emit_one_grade(config: Any) -> None:
+    from attest_otel.export.telemetry import build_telemetry
+    from attest_otel.grade.grader import grade
+    from attest_otel.model import Run, Step, ToolCall
+    from attest_otel.sidecar.service import telemetry_target
+
+    run = Run(steps=[Step(tool_call=ToolCall(name="pay", output="Error: declined"))],
+              agent="billing", trace_id="ab" * 16, span_id="cd" * 8)
+    telemetry = build_telemetry(spans=False, logs=True, metrics=True, prometheus=None,
+                                **telemetry_target(config))
+    telemetry.emit_grade(run, grade(run, judge=None), grade_span=False)
+    report = telemetry.shutdown(timeout_s=10)
+    assert not any(s.failed for s in report.signals), report
+
+
+def test_grade_telemetry_to_the_forward_host_uses_its_tls_and_headers_and_no_other_host_does(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server_creds = grpc.ssl_server_credentials(
+        [(pki.server_key.read_bytes(), pki.server_cert.read_bytes())],
+        root_certificates=pki.ca.read_bytes(), require_client_auth=True)
+    forward_host = Downstream(credentials=server_creds).start()  # mTLS only
+    other_host = Downstream().start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=forward-secret")
+    try:
+        tls_flags = {"forward_ca_file": str(pki.ca), "forward_cert_file": str(pki.client_cert),
+                     "forward_key_file": str(pki.client_key)}
+        # 1. No telemetry endpoint: log events and metrics go to the forward host, over
+        # mTLS (the host refuses anything else), with the forward headers.
+        config = load_service_config(
+            None, {"forward_endpoint": f"localhost:{forward_host.port}", **tls_flags})
+        assert config.forward.headers == {"x-api-key": "forward-secret"}
+        _emit_one_grade(config)
+        assert forward_host.wait_for(lambda d: bool(d.requests["logs"])
+                                     and bool(d.requests["metrics"]))
+        for signal in ("logs", "metrics"):
+            assert {m.get("x-api-key") for m in forward_host.metadata[signal]} == \
+                {"forward-secret"}
+        # 2. Another telemetry host: never the forward credentials, in cleartext as asked.
+        import os
+
+        os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = "x-api-key=forward-secret"
+        config = load_service_config(None, {"forward_endpoint":
+                                            f"localhost:{forward_host.port}", **tls_flags})
+        config = _with_telemetry(config, endpoint=f"127.0.0.1:{other_host.port}")
+        _emit_one_grade(config)
+        assert other_host.wait_for(lambda d: bool(d.requests["logs"])
+                                   and bool(d.requests["metrics"]))
+        seen = other_host.metadata["logs"] + other_host.metadata["metrics"]
+        assert all("x-api-key" not in m for m in seen), seen
+        # 3. ...and its own headers when telemetry.headers says so.
+        other_host.requests["logs"].clear()
+        other_host.metadata["logs"].clear()
+        config = _with_telemetry(config, endpoint=f"127.0.0.1:{other_host.port}",
+                                 headers={"x-telemetry-key": "t1"})
+        _emit_one_grade(config)
+        assert other_host.wait_for(lambda d: bool(d.requests["logs"]))
+        assert [m.get("x-telemetry-key") for m in other_host.metadata["logs"]] == ["t1"]
+        assert all("x-api-key" not in m for m in other_host.metadata["logs"])
+    finally:
+        forward_host.stop()
+        other_host.stop()
+
+
+def _with_telemetry(config: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(config, telemetry=dataclasses.replace(config.telemetry,
+                                                                     **changes))
+
+
+# --- the Grader API's own token; refused requests never go downstream (item 3) ---------------
+
+
+def test_the_grader_api_takes_its_own_token_and_refused_spans_never_reach_downstream(
+    sidecar: Sidecar, downstream: Downstream, token_file: Path, tmp_path: Path
+) -> None:
+    from attest_otel._proto.attest_otel.v1 import grader_pb2, grader_pb2_grpc, result_pb2
+
+    grader_token = tmp_path / "grader-token"
+    grader_token.write_text("read-only-Token_987\n")
+    sidecar.config = {"receivers": {"grader_token_file": str(grader_token)}}
+    sidecar.extra_args = ["--auth-token-file", str(token_file)]
+    sidecar.start()
+    ingest = (("authorization", f"Bearer {TOKEN}"),)
+    reader = (("authorization", "Bearer read-only-Token_987"),)
+    # A refused export first, with a span id of its own...
+    refused = GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True,
+                               headers={"authorization": "Bearer wrong"})
+    refused_tp = provider(refused)
+    _, refused_ids = agent_run(refused_tp.get_tracer("refused"))
+    refused_tp.force_flush()
+    refused_tp.shutdown()
+    # ...then an accepted one: once it is downstream, the refused one would have been too.
+    tp = provider(GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True,
+                                   headers=dict(ingest)))
+    tid, ids = agent_run(tp.get_tracer("accepted"))
+    tp.force_flush()
+    tp.shutdown()
+    assert downstream.wait_spans(set(ids)), sidecar.log()
+    assert not set(refused_ids) & set(downstream.span_ids())
+
+    with grpc.insecure_channel(sidecar.grpc_endpoint) as channel:
+        stub = grader_pb2_grpc.GraderStub(channel)
+        run = result_pb2.Run(task="t")
+        for metadata in (None, ingest, (("authorization", "Bearer nope"),)):
+            with pytest.raises(grpc.RpcError) as e:
+                stub.GradeRun(run, timeout=10, metadata=metadata)
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, metadata
+            with pytest.raises(grpc.RpcError) as e:
+                stub.GradeTrace(grader_pb2.GradeTraceRequest(trace_id=tid), timeout=10,
+                                metadata=metadata)
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, metadata
+        assert stub.GradeRun(run, timeout=10, metadata=reader).check == "tool_use"
+        # The read token sends no spans.
+        assert _raw_export(channel, reader) == grpc.StatusCode.UNAUTHENTICATED
+    assert sidecar.terminate() == 0
+
+
+def test_with_only_an_ingest_token_the_grader_api_is_closed(
+    sidecar: Sidecar, token_file: Path
+) -> None:
+    from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc, result_pb2
+
+    sidecar.extra_args = ["--auth-token-file", str(token_file)]
+    sidecar.start()
+    with grpc.insecure_channel(sidecar.grpc_endpoint) as channel:
+        with pytest.raises(grpc.RpcError) as e:
+            grader_pb2_grpc.GraderStub(channel).GradeRun(
+                result_pb2.Run(task="t"), timeout=10,
+                metadata=(("authorization", f"Bearer {TOKEN}"),))
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert sidecar.terminate() == 0
+
+
+def test_a_prometheus_address_beyond_loopback_warns() -> None:
+    from attest_otel.sidecar.receivers import metrics_exposure_warning
+
+    assert metrics_exposure_warning("127.0.0.1:9464") is None
+    assert metrics_exposure_warning("[::1]:9464") is None
+    assert metrics_exposure_warning(None) is None
+    for exposed in ("0.0.0.0:9464", ":9464", "10.0.0.5:9464"):
+        text = metrics_exposure_warning(exposed)
+        assert text is not None and "non-loopback" in text

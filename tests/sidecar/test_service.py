@@ -16,7 +16,6 @@ from attest_otel.sidecar.config import load_service_config
 from attest_otel.sidecar.gate import ModelGate
 from attest_otel.sidecar.service import build_service
 from tests.sidecar.downstream import Downstream
-from tests.sidecar.helpers import free_port
 
 
 def _config(tmp_path: Path, downstream: Downstream, **extra: Any) -> Any:
@@ -33,8 +32,9 @@ def _config(tmp_path: Path, downstream: Downstream, **extra: Any) -> Any:
     path.write_text(yaml.safe_dump(tree))
     return load_service_config(path, {
         "forward_endpoint": downstream.endpoint,
-        "grpc_endpoint": f"127.0.0.1:{free_port()}",
-        "http_endpoint": f"127.0.0.1:{free_port()}",
+        # Port 0: the OS picks, the receivers read the port back (no pick-close-reuse race).
+        "grpc_endpoint": "127.0.0.1:0",
+        "http_endpoint": "localhost:0",
     }, environ={})
 
 
@@ -201,3 +201,24 @@ def test_the_byte_probe_only_says_agent_where_the_adapters_see_one(path: Path) -
             assert agents, path.name
         trace = HeldTrace(b"t" * 16, bytearray(data), 1, 0, 0, 0, 0)
         assert agent_probe(trace, data, True, read_shape(data)) == agents, path.name
+
+
+def test_a_trace_over_the_grading_size_cap_is_forwarded_ungraded(
+    tmp_path: Path, downstream: Downstream
+) -> None:
+    data, _tid = _agent_request()
+    assert len(data) > 512
+    config = _config(tmp_path, downstream, grading={"processes": 0,
+                                                    "max_trace_size_mib": 0.5 / 1024})
+    service = build_service(config)
+    service.start()
+    try:
+        assert service.requests.accept(data).ok
+        assert downstream.wait_for(lambda d: bool(d.spans()))
+        # Forwarded as it came: grading (about 40x a trace's bytes) never saw it.
+        assert downstream.trace_requests() == [data] or all(
+            not s.events for s in downstream.spans())
+        assert service.stats.traces_graded["too_large"] == 1
+        assert service.stats.runs_graded == 0
+    finally:
+        service.shutdown(5)

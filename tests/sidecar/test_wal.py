@@ -71,5 +71,6 @@ def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert log.records_written == 400
-    assert log.fsyncs <= 400
+    # Every record was fsynced (at least once), and group commit shared some fsyncs.
+    assert 1 <= log.fsyncs <= 400
     assert len(DurableLog(tmp_path).open()) == 400

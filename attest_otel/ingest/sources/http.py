@@ -5,10 +5,13 @@ SDK's transport) rather than urllib, for three things a user behind a corporate 
 needs and urllib does not give together: the system trust store (via truststore), the
 standard proxy variables, and precise connect/read/TLS errors to translate.
 
-Two promises on top of httpx2's per-operation timeouts: the whole request, body included,
-ends within about `timeout_s` (a server dribbling one byte a second cannot hold us), and a
-body larger than `max_body_bytes` is refused rather than buffered. Every failure leaves as
-a `SourceError` whose message names the backend and URL: a CLI user sees one line.
+Three promises on top of httpx2's per-operation timeouts: the whole request, body
+included, ends within about `timeout_s` (a server dribbling one byte a second cannot hold
+us); a body larger than `max_body_bytes` is refused rather than buffered; and redirects are
+followed only within the same origin (scheme, host, port), since the request carries the
+user's headers (an API key, a tenant id) and httpx2 would take them to any host. Every
+failure leaves as a `SourceError` whose message names the backend and URL: a CLI user sees
+one line.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
+from urllib.parse import urljoin, urlsplit
 
 import httpx2
 
 from attest_otel.errors import SourceError, UsageError
 from attest_otel.ingest.sources.base import first_line
+from attest_otel.yamlcheck import header_problem
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -39,6 +44,15 @@ _log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
 """Same bound as the decoder's gzip limit: a trace bigger than this is not one we grade."""
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_REDIRECTS = 5
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or (443 if scheme == "https"
+                                                                   else 80)
 
 
 
@@ -57,7 +71,11 @@ def parse_headers(values: Iterable[str]) -> tuple[tuple[str, str], ...]:
             raise UsageError(
                 f"--header {raw!r}: expected NAME=VALUE, e.g. 'Authorization=Bearer <token>'"
             )
-        out.append((name, raw[cut + 1 :].strip()))
+        value = raw[cut + 1 :].strip()
+        problem = header_problem(name, value)
+        if problem:
+            raise UsageError(f"--header {name}: {problem}")
+        out.append((name, value))
     return tuple(out)
 
 
@@ -161,7 +179,7 @@ class HttpClient:
                 headers=list(self.options.headers),
                 timeout=httpx2.Timeout(self.options.timeout_s),
                 verify=self.options.ssl_context(),
-                follow_redirects=True,
+                follow_redirects=False,
             )
         return self._client
 
@@ -189,9 +207,30 @@ class HttpClient:
         params: Mapping[str, str | int | list[str]] | None = None,
     ) -> Response:
         """The response, whatever its status; transport failures raise SourceError."""
+        deadline = time.monotonic() + self.options.timeout_s
+        for _ in range(_MAX_REDIRECTS + 1):
+            response = self._get_once(url, accept, params, deadline)
+            location = response.headers.get("location")
+            if response.status not in _REDIRECTS or not location:
+                return response
+            target = urljoin(response.url, location)
+            if _origin(target) != _origin(response.url):
+                raise SourceError(
+                    f"{self.backend} at {url}: redirected to another origin ({target}); not "
+                    "followed, since the request's headers would go there (use that URL)"
+                )
+            url, params = target, None
+        raise SourceError(f"{self.backend} at {url}: more than {_MAX_REDIRECTS} redirects")
+
+    def _get_once(
+        self,
+        url: str,
+        accept: str | None,
+        params: Mapping[str, str | int | list[str]] | None,
+        deadline: float,
+    ) -> Response:
         client = self._get_client()
         timeout_s = self.options.timeout_s
-        deadline = time.monotonic() + timeout_s
         headers = {"Accept": accept} if accept else None
         where = f"{self.backend} at {url}"
         try:

@@ -1,8 +1,9 @@
-"""`store:PATH`: traces and grades from the sidecar's embedded store.
+"""`store:PATH` or `store:postgresql://...`: traces and grades from the sidecars' store.
 
-Every question goes through `attest_otel.store.TraceStore`, opened read-only for the call,
-so nothing here can change or lock the sidecar's data for long, and the store's tables have
-one reader.
+Every question goes through `attest_otel.store` (`open_store(..., readonly=True)`), so
+nothing here can change the sidecar's data, and the store's tables have one reader. A SQLite
+file is opened for each call, so nothing holds it open or locked for long; a PostgreSQL
+store is opened once (a connection is dear) and closed with the source.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from typing import Any, TypeVar
 from attest_otel.errors import InputError, SourceError
 from attest_otel.ingest.decode import Decoded, decode_bytes
 from attest_otel.ingest.sources.base import TraceNotFoundError, normalize_trace_id, only_trace
-from attest_otel.store import StoredGrade, TraceStore, default_store_path
+from attest_otel.store import (
+    GradeSummary,
+    Store,
+    StoredGrade,
+    default_store_path,
+    is_url,
+    open_store,
+    redact,
+)
 
 __all__ = ["StoreSource", "since_to_ns"]
 
@@ -27,18 +36,46 @@ class StoreSource:
     kind = "store"
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path).expanduser() if path else default_store_path()
-        self.location = str(self.path)
+        self.target: str | Path = (
+            path if isinstance(path, str) and is_url(path)
+            else Path(path).expanduser() if path else default_store_path())
+        self.location = redact(self.target)
+        self.path: Path | str = self.target if isinstance(self.target, Path) else self.location
+        """The SQLite file, or the URL as messages show it (without its password)."""
+        self._shared: Store | None = None
 
     def close(self) -> None:
-        """Nothing held open: each call opens and closes its own read-only store."""
+        """Closes the PostgreSQL store if one was opened (a SQLite file is never held)."""
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
 
-    def _read(self, what: str, question: Callable[[TraceStore], T]) -> T:
+    def _read(self, what: str, question: Callable[[Any], T]) -> T:
+        if not is_url(self.target):
+            try:
+                with open_store(self.target, readonly=True) as store:
+                    return question(store)
+            except sqlite3.Error as e:
+                raise SourceError(f"{self.location}: cannot {what}: {e}") from None
+        import psycopg
+
         try:
-            with TraceStore(self.path, readonly=True) as store:
-                return question(store)
-        except sqlite3.Error as e:
-            raise SourceError(f"{self.path}: cannot {what}: {e}") from None
+            if self._shared is None:
+                self._shared = open_store(self.target, readonly=True)
+            return question(self._shared)
+        except psycopg.Error as e:
+            raise SourceError(f"{self.location}: cannot {what}: {' '.join(str(e).split())}"
+                              ) from None
+
+    def summary(self, since_ns: int | None, until_ns: int,
+                limit: int = 10) -> GradeSummary | None:
+        """The window counted by the store itself, when it can (PostgreSQL); else None and
+        `report` counts the rows of `grades_since`."""
+        if not is_url(self.target):
+            return None
+        counted: GradeSummary = self._read(
+            "count grades", lambda store: store.summary(since_ns, until_ns, limit))
+        return counted
 
     def fetch(self, trace_id: str) -> Decoded:
         return self.fetch_with_grades(trace_id)[0]
