@@ -410,7 +410,9 @@ def _build(tree: dict[str, Any], source: str, checker: TreeChecker) -> ServiceCo
     if (receivers.grader_token_file is not None and receivers.auth_token_file is not None
             and _same_token(receivers.grader_token_file, receivers.auth_token_file)):
         f.problem("receivers.grader_token_file", "must differ from receivers.auth_token_file")
-    if receivers.grpc_endpoint and receivers.grpc_endpoint == receivers.http_endpoint:
+    # Port 0 asks the kernel for a free port each time, so two of them never collide.
+    if (receivers.grpc_endpoint and receivers.grpc_endpoint == receivers.http_endpoint
+            and not receivers.grpc_endpoint.endswith(":0")):
         f.problem("receivers.http.endpoint", "is the same address as receivers.grpc.endpoint")
     if forward.endpoint is None:
         f.problem(

@@ -43,6 +43,9 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "attest.sidecar.queue.spans": ("gauge", "{span}", "Spans queued for forwarding."),
     "attest.sidecar.queue.size": ("gauge", "By", "Bytes queued for forwarding."),
     "attest.sidecar.forward.retries": ("counter", "{retry}", "Forwarding attempts retried."),
+    "attest.sidecar.spans.possible_duplicates": (
+        "counter", "{span}", "Spans sent again after a forward timed out: the next hop may "
+        "have received them twice."),
     "attest.sidecar.requests.rejected": (
         "counter", "{request}", "Requests refused, by reason (queue_full, malformed, "
         "too_large, unsupported_media_type, length_required, shutting_down)."),
@@ -121,6 +124,8 @@ def register_metrics(meter: Any, service: Any) -> None:
         "attest.sidecar.queue.spans": one(lambda: forwarder.queued_spans),
         "attest.sidecar.queue.size": one(lambda: forwarder.queued_bytes),
         "attest.sidecar.forward.retries": one(lambda: forwarder.stats.retries),
+        "attest.sidecar.spans.possible_duplicates": one(
+            lambda: forwarder.stats.possible_duplicates),
         "attest.sidecar.requests.rejected": by(lambda: dict(stats.rejections).items(),
                                                "reason"),
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -41,6 +42,10 @@ FAST_CONFIG: dict[str, Any] = {
 }
 """Short timers so the whole module stays fast; the defaults are exercised in the config
 tests instead."""
+
+
+_STARTED = re.compile(r"grpc=\S*:(?P<grpc>\d+) http=\S*:(?P<http>\d+)")
+"""The sidecar's start-up log line names the ports it bound (logfmt)."""
 
 
 def free_port() -> int:
@@ -80,9 +85,9 @@ class Sidecar:
     """Extra environment (e.g. ANTHROPIC_BASE_URL of the fake Messages API)."""
 
     def start(self, *, wait: bool = True) -> Sidecar:
-        if not self.grpc_port:
-            self.grpc_port = free_port()
-            self.http_port = free_port()
+        # Port 0: the kernel picks free ports as the sidecar binds them, and the start-up log
+        # line says which (no pick-close-reuse race with other tests). A restart reuses them.
+        discover = not self.grpc_port
         cfg = self.tmp / "sidecar.yaml"
         cfg.write_text(yaml.safe_dump(merged(FAST_CONFIG, self.config)))
         self.log_path = self.tmp / f"sidecar-{int(time.time() * 1000)}.log"
@@ -100,9 +105,24 @@ class Sidecar:
         ]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=log)
+        if discover:
+            self._discover_ports()
         if wait:
             self.wait_ready()
         return self
+
+    def _discover_ports(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            found = _STARTED.search(self.log())
+            if found:
+                self.grpc_port, self.http_port = int(found["grpc"]), int(found["http"])
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"sidecar exited {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.05)
+        raise AssertionError(f"sidecar did not say its ports in {timeout}s:\n{self.log()}")
 
     @property
     def grpc_endpoint(self) -> str:
