@@ -64,6 +64,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
+
 from attest_otel.sidecar.config import BufferConfig
 from attest_otel.sidecar.wire import (
     GENAI_KEY_BYTES,
@@ -463,7 +465,6 @@ def service_name(resource_fields: bytes) -> str:
     """`service.name` of a ResourceSpans' resource (fields 1 and 3 as encoded), else ""."""
     if not resource_fields:
         return ""
-    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
     try:
         resource = ResourceSpans.FromString(resource_fields).resource

@@ -39,9 +39,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from attest_otel.content import CONTENT_MODES, ContentPolicy
 from attest_otel.errors import PolicyError
+from attest_otel.store.base import redact, url_problem
 from attest_otel.yamlcheck import (
     Key,
     TreeChecker,
@@ -374,7 +376,6 @@ def _env_first(env: Mapping[str, str], *names: str) -> str | None:
 
 def _parse_headers(text: str, problems: list[str]) -> dict[str, str]:
     """OTEL_EXPORTER_OTLP_(TRACES_)HEADERS, checked like headers in the file."""
-    from urllib.parse import unquote
 
     out: dict[str, str] = {}
     for item in text.split(","):
@@ -439,7 +440,6 @@ def _build(tree: dict[str, Any], source: str, checker: TreeChecker) -> ServiceCo
 
 def _check_store(f: TreeReader, store: StoreConfig, tree: Mapping[str, Any]) -> None:
     """A URL must be PostgreSQL's, and one given as `store.path` belongs in `store.url`."""
-    from attest_otel.store.base import redact, url_problem
 
     raw_path = tree.get("store", {}).get("path")
     if isinstance(raw_path, str) and "://" in raw_path:
@@ -503,7 +503,6 @@ def config_lines(config: ServiceConfig) -> list[str]:
             else:
                 out.append(f"{full} = {value}")
 
-    from attest_otel.store import redact
 
     walk(config.raw, "")
     return out

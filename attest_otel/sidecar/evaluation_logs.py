@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attest_otel.export.log_records import logs_request
+from attest_otel.export.telemetry import resolve_endpoint, resolve_protocol
 from attest_otel.sidecar.config import ForwardConfig
 from attest_otel.sidecar.forward import Forwarder, ForwardItem, make_log_sender
 
@@ -39,7 +40,6 @@ class EvaluationLogs:
     def __init__(self, forward: ForwardConfig, target: Mapping[str, Any]) -> None:
         """`target`: where the telemetry goes (`service.telemetry_target`: endpoint,
         protocol, timeout_s, headers, tls)."""
-        from attest_otel.export.telemetry import resolve_endpoint, resolve_protocol
 
         protocol = resolve_protocol("logs", target.get("protocol"))
         tls = target.get("tls")

@@ -37,6 +37,12 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+import grpc
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceResponse,
+)
+
 from attest_otel.sidecar.config import ForwardConfig
 from attest_otel.sidecar.wire import split_to_size
 
@@ -118,7 +124,6 @@ def grpc_retry_delay(metadata: Sequence[tuple[str, Any]] | None) -> float | None
     """The server's RetryInfo delay in seconds, from either place it may be put."""
     if not metadata:
         return None
-    from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
     for key, value in metadata:
         try:
@@ -139,9 +144,6 @@ def grpc_retry_delay(metadata: Sequence[tuple[str, Any]] | None) -> float | None
 def _rejected(body: bytes) -> tuple[int, str]:
     if not body:
         return 0, ""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceResponse,
-    )
 
     try:
         response = ExportTraceServiceResponse.FromString(body)
@@ -155,7 +157,6 @@ class GrpcSender:
     """Sends request bytes as they are (no parse, no re-encode) with a raw unary call."""
 
     def __init__(self, settings: ForwardConfig, method: str = EXPORT_METHOD) -> None:
-        import grpc
 
         self._grpc = grpc
         parts = urlsplit(

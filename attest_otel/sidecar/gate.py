@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from attest_otel.grade import rules
 from attest_otel.model import Run
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,6 @@ class ModelGate:
         return low < int(self.sample_rate * (1 << 64))
 
     def estimate(self, run: Run) -> int:
-        from attest_otel.grade import rules
 
         facts = rules.assess(run)
         calls = 0

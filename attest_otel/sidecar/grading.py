@@ -13,7 +13,9 @@ lock; a run that may use the model is graded here, where the model budget lives.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -22,9 +24,20 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+
+import attest_otel.adapt
+import attest_otel.export.annotate
+import attest_otel.grade.grader
+import attest_otel.ingest.decode  # noqa: F401
+from attest_otel.config import load_policy
 from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.annotate import GRADE_MARKS, annotate_spans, annotation_bytes
 from attest_otel.export.log_records import log_records
+from attest_otel.grade.grader import grade
+from attest_otel.ingest.decode import decode_request
 from attest_otel.model import CheckResult, Run, Step, ToolCall
 from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.sidecar.buffer import HeldTrace
@@ -84,7 +97,6 @@ class TraceGrader:
         """Sends a graded trace's evaluation log records; None: log events are off."""
 
     def grade_run(self, run: Run) -> CheckResult:
-        from attest_otel.grade.grader import grade
 
         gate = self.gate
         if gate is not None and gate.admit(run):
@@ -104,11 +116,7 @@ class TraceGrader:
             except BrokenProcessPool:
                 log.error("the grading process died; grading in this process from now on")
                 self.pool = None
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
 
-        from attest_otel.ingest.decode import decode_request
 
         if trace.probe is not None:
             request, decoded = trace.probe
@@ -230,14 +238,12 @@ def init_worker(policy_path: str | None, content: ContentPolicy) -> None:
     encoding). Metrics stay in the main process, which serves `/metrics`.
     """
     global _WORKER_POLICY, _WORKER_CONTENT
-    import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _exit_with_parent()
     _WORKER_CONTENT = content
     if policy_path is not None:
-        from attest_otel.config import load_policy
 
         _WORKER_POLICY = load_policy(policy_path)
 
@@ -251,7 +257,6 @@ def _exit_with_parent() -> None:
     whose write end only the parent holds: it turns readable exactly when the parent exits.
     Once every worker is gone the tracker sees EOF on its own pipe and ends too.
     """
-    import multiprocessing
 
     parent = multiprocessing.parent_process()
     if parent is None:
@@ -281,12 +286,7 @@ def grade_in_worker(
 ) -> tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]]:
     """Offline grading of one trace's bytes, in a grading process: the annotated bytes,
     the runs (slimmed for the trip back) and, when `logs`, their evaluation log records."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
 
-    from attest_otel.grade.grader import grade
-    from attest_otel.ingest.decode import decode_request
 
     request = ExportTraceServiceRequest.FromString(data)
     decoded = decode_request(request, source=label, data=data)
@@ -299,10 +299,6 @@ def grade_in_worker(
 
 
 def warm_worker() -> bool:
-    """Imports what grading needs, so the first trace does not pay for it."""
-    import attest_otel.adapt
-    import attest_otel.export.annotate
-    import attest_otel.grade.grader
-    import attest_otel.ingest.decode  # noqa: F401
-
+    """Returns once a grading process is up: it has imported this module, and with it all
+    that grading needs, so the first trace does not pay for the imports."""
     return True

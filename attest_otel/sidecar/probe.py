@@ -5,6 +5,12 @@ from __future__ import annotations
 import logging
 import re
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+
+from attest_otel.adapt import Role, detect
+from attest_otel.ingest.decode import decode_request
 from attest_otel.sidecar.buffer import HeldTrace, SpanFacts
 
 log = logging.getLogger(__name__)
@@ -45,12 +51,7 @@ def agent_probe(trace: HeldTrace, chunk: bytes, whole: bool, spans: list[SpanFac
     found = {s.span_id for s in spans if _is_agent_record(s.record)}
     if found:
         return found
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
 
-    from attest_otel.adapt import Role, detect
-    from attest_otel.ingest.decode import decode_request
 
     request = ExportTraceServiceRequest.FromString(chunk)
     decoded = decode_request(request, source=f"trace {trace.trace_id_hex}")

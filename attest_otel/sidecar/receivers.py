@@ -40,6 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import grpc
+from google.protobuf import json_format  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+
 from attest_otel.errors import ListenError
 from attest_otel.sidecar.config import parse_host_port
 from attest_otel.sidecar.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
@@ -99,7 +106,6 @@ class TlsFiles:
     client_ca_file: Path | None = None
 
     def grpc_credentials(self) -> Any:
-        import grpc
 
         client_ca = self.client_ca_file.read_bytes() if self.client_ca_file else None
         return grpc.ssl_server_credentials(
@@ -203,10 +209,6 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
 
 def otlp_json_to_protobuf(body: bytes) -> bytes:
     """An OTLP/JSON ExportTraceServiceRequest as protobuf bytes; ValueError if it is not one."""
-    from google.protobuf import json_format  # type: ignore[import-untyped]
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
 
     try:
         document = json.loads(body)
@@ -239,7 +241,6 @@ def otlp_json_to_protobuf(body: bytes) -> bytes:
 
 
 def _status_bytes(code: int, message: str, retry_after_s: float | None = None) -> bytes:
-    from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
     status = status_pb2.Status(code=code, message=message)
     if retry_after_s is not None:
@@ -251,7 +252,6 @@ def _status_bytes(code: int, message: str, retry_after_s: float | None = None) -
 
 
 def _retry_info_bytes(retry_after_s: float) -> bytes:
-    from google.rpc import error_details_pb2
 
     info = error_details_pb2.RetryInfo()
     info.retry_delay.FromNanoseconds(int(retry_after_s * 1e9))
@@ -295,7 +295,6 @@ class GrpcReceiver:
         self.port = 0
 
     def start(self) -> int:
-        import grpc
 
         host, port = parse_host_port(self.endpoint)
         _check_free(host, port, f"OTLP/gRPC receiver: cannot listen on {self.endpoint}")
@@ -349,7 +348,6 @@ class GrpcReceiver:
         return bound
 
     def _export(self, request: bytes, context: Any) -> bytes:
-        import grpc
 
         try:
             outcome = self._accept(request)
@@ -390,7 +388,6 @@ class _TokenInterceptor:
 
     def __init__(self, token: TokenCheck | None, grader_token: TokenCheck | None,
                  on_rejection: Callable[[str], None]) -> None:
-        import grpc
 
         self._token = token
         self._grader_token = grader_token

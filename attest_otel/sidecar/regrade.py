@@ -32,10 +32,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from attest_otel import semconv
 from attest_otel.content import KEEP, ContentPolicy
+from attest_otel.export.grade_span import emit_grade_span
+from attest_otel.export.telemetry import default_resource, package_version
+from attest_otel.ingest.decode import decode_request
 from attest_otel.model import CheckResult, Run
 from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
+from attest_otel.sidecar.grading import grade_decoded
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import iter_resource_spans
 from attest_otel.store import StoredGrade, Writer, part_digest
@@ -241,12 +257,7 @@ class Regrader:
                  ) -> tuple[bytes, list[tuple[Run, CheckResult]], list[str]]:
         """(the late spans annotated, the runs whose grade is new or changed, the agent
         span id of every run found)."""
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
 
-        from attest_otel.ingest.decode import decode_request
-        from attest_otel.sidecar.grading import grade_decoded
 
         request = ExportTraceServiceRequest.FromString(prior.data + late)
         decoded = decode_request(request, source=f"trace {trace_id}")
@@ -283,15 +294,7 @@ class _GradeSpans:
         self._collected: list[Any] = []
 
     def _setup(self) -> Any:
-        from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-        from opentelemetry.sdk.trace.export import (
-            SimpleSpanProcessor,
-            SpanExporter,
-            SpanExportResult,
-        )
 
-        from attest_otel import semconv
-        from attest_otel.export.telemetry import default_resource, package_version
 
         collected = self._collected
 
@@ -307,9 +310,7 @@ class _GradeSpans:
 
     def encode(self, runs: list[tuple[Run, CheckResult]]) -> tuple[bytes, int]:
         """One OTLP request with an `attest.grade` span per run; (bytes, span count)."""
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-        from attest_otel.export.grade_span import emit_grade_span
 
         with self._lock:
             if self._tracer is None:

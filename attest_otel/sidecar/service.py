@@ -28,20 +28,25 @@ is held, forwards and flushes within the deadline.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
+from attest_otel import semconv
+from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc
 from attest_otel.config import Policy, load_policy
 from attest_otel.errors import PolicyError
+from attest_otel.export.telemetry import ExportTls, build_telemetry, package_version
 from attest_otel.grade.llm import AnthropicJudge, judge_from_env
 from attest_otel.grade.questions import Judge
 from attest_otel.model import CheckResult, Run
 from attest_otel.sidecar.api import GraderApi
 from attest_otel.sidecar.buffer import HeldTrace, SpanFacts, TraceBuffer
-from attest_otel.sidecar.config import ServiceConfig, read_token
+from attest_otel.sidecar.config import ServiceConfig, parse_host_port, read_token
 from attest_otel.sidecar.evaluation_logs import EvaluationLogs
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate
@@ -64,6 +69,7 @@ from attest_otel.sidecar.wire import (
     split_request,
 )
 from attest_otel.store import Store, Writer, open_store, open_writer, redact
+from attest_otel.store.shared_writer import SharedStoreWriter
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +127,6 @@ class Service:
     # --- wiring ----------------------------------------------------------------------------
 
     def _build_parts(self) -> None:
-        from attest_otel.export.telemetry import build_telemetry
 
         config = self.config
         model = config.grading.model
@@ -148,8 +153,6 @@ class Service:
                 **target,
             )
             if self.telemetry.meter_provider is not None:
-                from attest_otel import semconv
-                from attest_otel.export.telemetry import package_version
 
                 meter = self.telemetry.meter_provider.get_meter(  # the grade metrics' scope
                     semconv.INSTRUMENTATION_SCOPE, package_version()
@@ -186,11 +189,9 @@ class Service:
             stats=self.stats, store=self.store_writer, content=config.content)
         self.grader.regrade = regrader
         self.grader.remember = regrader.remember
-        if config.store.enabled and config.store.url is not None:
-            from attest_otel.store.shared_writer import SharedStoreWriter
-
-            if isinstance(self.store_writer, SharedStoreWriter):  # another sidecar's spans
-                self.store_writer.on_stale = self._stale(regrader)
+        if (config.store.enabled and config.store.url is not None
+                and isinstance(self.store_writer, SharedStoreWriter)):  # another sidecar's spans
+            self.store_writer.on_stale = self._stale(regrader)
         if tel.logs:
             self.evaluation_logs = EvaluationLogs(config.forward, telemetry_target(config))
             self.grader.send_logs = self.evaluation_logs.send
@@ -231,7 +232,6 @@ class Service:
         count = self.config.grading.processes
         if count == 0 or self.gate is not None or self.grader is None:
             return
-        import multiprocessing
 
         policy = self.config.grading.policy
         pool = ProcessPoolExecutor(
@@ -255,7 +255,6 @@ class Service:
             self.grader.emit_after_worker = metrics.record
 
     def _add_grader_api(self, server: Any) -> None:
-        from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc
 
         grader_pb2_grpc.add_GraderServicer_to_server(  # type: ignore[no-untyped-call]
             GraderApi(self), server
@@ -490,10 +489,7 @@ def telemetry_target(config: ServiceConfig) -> dict[str, Any]:
     read once, as forward headers, and is taken out of the environment so the SDK exporters
     do not send it to every endpoint.
     """
-    import os
 
-    from attest_otel.export.telemetry import ExportTls
-    from attest_otel.sidecar.config import parse_host_port
 
     os.environ.pop("OTEL_EXPORTER_OTLP_HEADERS", None)
     tel, fwd = config.telemetry, config.forward
@@ -517,7 +513,6 @@ def telemetry_target(config: ServiceConfig) -> dict[str, Any]:
 
 
 def _host(endpoint: str) -> str:
-    from attest_otel.sidecar.config import parse_host_port
 
     return parse_host_port(endpoint)[0]
 

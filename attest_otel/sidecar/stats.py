@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from opentelemetry.metrics import CallbackOptions, Observation
+
 log = logging.getLogger(__name__)
 
 
@@ -94,7 +96,6 @@ class SidecarStats:
 
 def register_metrics(meter: Any, service: Any) -> None:
     """Observable instruments over the counters: nothing on the hot path calls the SDK."""
-    from opentelemetry.metrics import CallbackOptions, Observation
 
     stats = service.stats
     forwarder = service.forwarder
