@@ -163,6 +163,7 @@ class Service:
                 config.store.url or config.store.path,
                 max_age_s=config.store.max_age_s,
                 max_bytes=config.store.max_bytes,
+                wait_for_database=True,
             )
             self.store = opened
             spool = config.buffer.dir / "store-queue" if config.buffer.dir else None

@@ -45,6 +45,11 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "attest.sidecar.queue.spans": ("gauge", "{span}", "Spans queued for forwarding."),
     "attest.sidecar.queue.size": ("gauge", "By", "Bytes queued for forwarding."),
     "attest.sidecar.forward.retries": ("counter", "{retry}", "Forwarding attempts retried."),
+    "attest.sidecar.store.writes": (
+        "counter", "{trace}", "Trace writes the store took (spans and grades)."),
+    "attest.sidecar.store.dropped": (
+        "counter", "{trace}", "Trace writes refused because the store's queue was full (the "
+        "database away too long); the spans were still forwarded."),
     "attest.sidecar.spans.possible_duplicates": (
         "counter", "{span}", "Spans sent again after a forward timed out: the next hop may "
         "have received them twice."),
@@ -125,6 +130,10 @@ def register_metrics(meter: Any, service: Any) -> None:
         "attest.sidecar.queue.spans": one(lambda: forwarder.queued_spans),
         "attest.sidecar.queue.size": one(lambda: forwarder.queued_bytes),
         "attest.sidecar.forward.retries": one(lambda: forwarder.stats.retries),
+        "attest.sidecar.store.writes": one(
+            lambda: getattr(service.store_writer, "written", 0)),
+        "attest.sidecar.store.dropped": one(
+            lambda: getattr(service.store_writer, "dropped", 0)),
         "attest.sidecar.spans.possible_duplicates": one(
             lambda: forwarder.stats.possible_duplicates),
         "attest.sidecar.requests.rejected": by(lambda: dict(stats.rejections).items(),

@@ -59,6 +59,7 @@ def open_store(
     readonly: bool = False,
     max_age_s: float | None = None,
     max_bytes: int | None = None,
+    wait_for_database: bool = False,
 ) -> TraceStore | PostgresStore:
     """The store at `target`: a `postgresql://` URL (migrated at open unless `readonly`), or
     the path of a SQLite file. Raises SourceError when it cannot be opened (the one line the
@@ -67,7 +68,7 @@ def open_store(
         from attest_otel.store.postgres import PostgresStore
 
         return PostgresStore(str(target), readonly=readonly, max_age_s=max_age_s,
-                             max_bytes=max_bytes)
+                             max_bytes=max_bytes, wait_for_database=wait_for_database)
     return TraceStore(Path(target).expanduser(), readonly=readonly, max_age_s=max_age_s,
                       max_bytes=max_bytes)
 

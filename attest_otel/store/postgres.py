@@ -77,7 +77,10 @@ class PostgresStore:
         readonly: bool = False,
         pool_size: int = 4,
         connect_timeout_s: float = 5.0,
+        wait_for_database: bool = False,
     ) -> None:
+        """`wait_for_database`: start even when the database cannot be reached (the sidecar;
+        its writer queues until it can), instead of failing (every reader, the CLI)."""
         self.url = url
         self.location = redact(url)
         self.max_age_s = max_age_s
@@ -91,19 +94,33 @@ class PostgresStore:
         if problem is not None:
             raise UsageError(f"store {self.location}: {problem}")
         timeout = max(1, round(connect_timeout_s))
+        self._migrated = readonly
         try:  # one direct try first: its error says why (the pool's only "timed out")
             with psycopg.connect(url, connect_timeout=timeout) as conn:
                 if not readonly:
                     migrate(conn)
+                    self._migrated = True
                 elif conn.execute("SELECT to_regclass('grades')").fetchone() == (None,):
                     raise SourceError(f"{self.location}: no attest-otel store in this "
                                       "database (has a sidecar written to it?)")
+        except psycopg.OperationalError as e:
+            if readonly or not wait_for_database:
+                raise SourceError(
+                    f"store {self.location}: cannot connect: {_one_line(e)}") from None
+            # A sidecar must not crash-loop while the database is away (a rollout, a
+            # failover): it starts, its writer queues the grades, and the schema is brought
+            # up to date by the first connection the pool makes once the database is back.
+            log.warning("store %s: cannot connect (%s); starting anyway, grades wait in the "
+                        "store queue until it is reachable", self.location, _one_line(e))
         except psycopg.Error as e:
             raise SourceError(f"store {self.location}: cannot connect: {_one_line(e)}") from None
 
         def configure(conn: psycopg.Connection[Any]) -> None:
             if readonly:
                 conn.execute("SET default_transaction_read_only = on")
+            elif not self._migrated:
+                migrate(conn)  # safe to race: migrations take an advisory lock
+                self._migrated = True
             conn.commit()
 
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
