@@ -121,6 +121,36 @@ def main() -> None:
         total += median
         print(f"  {name:10s} {median:7.1f}")
     print(f"  {'total':10s} {total:7.1f}")
+    cut, whole = _plain_accept(args.rounds)
+    print(f"plain requests (no GenAI span, none of a held trace), accept in us per span: "
+          f"cut into spans and routed {cut:.1f}, forwarded whole after a request-wide test "
+          f"{whole:.1f}")
+
+
+def _plain_accept(rounds: int) -> tuple[float, float]:
+    """`RequestPath.accept` on plain requests while agent traces are held, with the
+    whole-request test (`RequestPath.plain`) off and on: medians, us per span."""
+    plain = build_requests(20, 24, 0.0, seed=3)
+    agent = build_requests(4, 24, 1.0, seed=1)
+
+    def run(whole: bool) -> float:
+        path = RequestPath(buffer=_buffer(lambda ts: None),
+                           forwarder=_NullForwarder(),  # type: ignore[arg-type]
+                           stats=SidecarStats(), wal=None, submit=lambda ts: None,
+                           retry_after_s=1, max_backlog_spans=10**9)
+        for data in agent:
+            path.accept(data)
+        if not whole:
+            path.plain = lambda data: None  # type: ignore[method-assign]
+        start = time.perf_counter()
+        for data in plain:
+            path.accept(data)
+        return (time.perf_counter() - start) / (len(plain) * 504) * 1e6
+
+    run(True), run(False)
+    cut = [run(False) for _ in range(max(rounds, 3))]
+    whole = [run(True) for _ in range(max(rounds, 3))]
+    return statistics.median(cut), statistics.median(whole)
 
 
 def _stages() -> dict[str, Callable[[list[HeldTrace]], Any]]:

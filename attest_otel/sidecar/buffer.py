@@ -217,6 +217,14 @@ class TraceBuffer:
         """Held now, or graded recently (so its spans are late)."""
         return trace_id in self._traces or trace_id in self._graded
 
+    def none_known(self, trace_ids: Iterable[bytes]) -> bool:
+        """Whether none of these traces is held or recently graded (`is_known`), checked
+        under the lock that `route` holds."""
+        with self._lock:
+            traces = self._traces
+            graded = self._graded
+            return not any(t in traces or t in graded for t in trace_ids)
+
     def has_state(self) -> bool:
         return bool(self._traces) or bool(self._graded)
 

@@ -18,6 +18,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -106,18 +107,7 @@ class TraceGrader:
         return grade(run, judge=None)
 
     def _grade(self, trace: HeldTrace, original: bytes) -> _Graded:
-        pool = self.pool
-        if pool is not None and self.gate is None:
-            try:
-                data, runs, logs = pool.submit(grade_in_worker, original,
-                                               f"trace {trace.trace_id_hex}",
-                                               self.send_logs is not None).result()
-                return _Graded(data, runs, in_worker=True, logs=logs)
-            except BrokenProcessPool:
-                log.error("the grading process died; grading in this process from now on")
-                self.pool = None
-
-
+        """One trace graded in this process."""
         if trace.probe is not None:
             request, decoded = trace.probe
         else:
@@ -132,36 +122,100 @@ class TraceGrader:
         return _Graded(data, runs, logs=logs)
 
     def __call__(self, trace: HeldTrace) -> None:
-        if trace.late and self.regrade is not None:
-            self.stats.graded(trace.reason or "late", 0, False)
-            self.regrade(trace)
+        self.grade_batch([trace])
+
+    def grade_batch(self, traces: list[HeldTrace]) -> None:
+        """Grades released traces together and sends them on as one forward item.
+
+        Offline, the batch is one task for a grading process (one pickle and one pipe trip
+        each way, one wake-up of this process's threads, instead of one per trace), and the
+        annotated traces leave as one request, their log records as one more. A trace whose
+        grading fails is forwarded as it came, the others graded.
+        """
+        fresh: list[HeldTrace] = []
+        for trace in traces:
+            if trace.late and self.regrade is not None:
+                self.stats.graded(trace.reason or "late", 0, False)
+                self.regrade(trace)
+            else:
+                fresh.append(trace)
+        if not fresh:
             return
-        original = bytes(trace.data)
-        try:
-            graded = self._grade(trace, original)
-        except Exception:
-            log.exception("grading failed; forwarding trace %s ungraded", trace.trace_id_hex,
-                          extra={"trace_id": trace.trace_id_hex, "spans": trace.spans})
-            graded = _Graded(original, failed=True)
-        trace.probe = None
+        originals = [bytes(trace.data) for trace in fresh]
+        results = self._grade_offline(fresh, originals)
+        if results is None:
+            results = [self._grade_safe(trace, original)
+                       for trace, original in zip(fresh, originals, strict=True)]
         # Stored before it is forwarded: once forwarded, its --buffer-dir record is
         # released, and the store's queue (spooled there too) must already hold the grades.
         if self.store is not None:
             now = time.time_ns()
-            grades = [
-                StoredGrade(trace.trace_id_hex, run.span_id or "", run.agent, now,
-                            result.to_dict())
-                for run, result in graded.runs
-            ]
-            self.store.put(trace.trace_id_hex, original, trace.spans, grades)
-        self.forwarder.offer(
-            ForwardItem(graded.data, trace.spans, tuple(trace.records), mergeable=True)
-        )
-        if graded.logs and self.send_logs is not None:
+            for trace, original, graded in zip(fresh, originals, results, strict=True):
+                grades = [
+                    StoredGrade(trace.trace_id_hex, run.span_id or "", run.agent, now,
+                                result.to_dict())
+                    for run, result in graded.runs
+                ]
+                self.store.put(trace.trace_id_hex, original, trace.spans, grades)
+        self.forwarder.offer(ForwardItem(
+            results[0].data if len(results) == 1 else b"".join(g.data for g in results),
+            sum(trace.spans for trace in fresh),
+            tuple(record for trace in fresh for record in trace.records),
+            mergeable=True,
+        ))
+        logs = [record for graded in results for record in graded.logs]
+        if logs and self.send_logs is not None:
             try:
-                self.send_logs(graded.logs)
+                self.send_logs(logs)
             except Exception:
                 log.exception("sending the evaluation log records of a trace failed")
+        for trace, original, graded in zip(fresh, originals, results, strict=True):
+            trace.probe = None
+            self._account(trace, original, graded)
+
+    def _grade_offline(self, traces: list[HeldTrace],
+                       originals: list[bytes]) -> list[_Graded] | None:
+        """The batch graded in a grading process; None: grade here (no pool, model checks
+        on, or the pool died)."""
+        pool = self.pool
+        if pool is None or self.gate is not None:
+            return None
+        try:
+            answers = pool.submit(
+                grade_batch_in_worker,
+                [(original, f"trace {trace.trace_id_hex}")
+                 for trace, original in zip(traces, originals, strict=True)],
+                self.send_logs is not None,
+            ).result()
+        except BrokenProcessPool:
+            log.error("the grading process died; grading in this process from now on")
+            self.pool = None
+            return None
+        except Exception:
+            log.exception("grading failed; forwarding %d trace(s) ungraded", len(traces))
+            return [_Graded(original, failed=True) for original in originals]
+        results: list[_Graded] = []
+        for trace, original, answer in zip(traces, originals, answers, strict=True):
+            if isinstance(answer, str):
+                log.error("grading failed; forwarding trace %s ungraded\n%s",
+                          trace.trace_id_hex, answer,
+                          extra={"trace_id": trace.trace_id_hex, "spans": trace.spans})
+                results.append(_Graded(original, failed=True))
+            else:
+                data, runs, logs = answer
+                results.append(_Graded(data, runs, in_worker=True, logs=logs))
+        return results
+
+    def _grade_safe(self, trace: HeldTrace, original: bytes) -> _Graded:
+        try:
+            return self._grade(trace, original)
+        except Exception:
+            log.exception("grading failed; forwarding trace %s ungraded", trace.trace_id_hex,
+                          extra={"trace_id": trace.trace_id_hex, "spans": trace.spans})
+            return _Graded(original, failed=True)
+
+    def _account(self, trace: HeldTrace, original: bytes, graded: _Graded) -> None:
+        """Stats, the log line, metrics and what a regrade starts from, for one trace."""
         self.stats.graded(trace.reason or "complete", len(graded.runs), graded.failed)
         for run, result in graded.runs:
             log.info(
@@ -296,6 +350,20 @@ def grade_in_worker(
                                       data=data, now_ns=now_ns)
     records = encode_logs(graded, now_ns, _WORKER_CONTENT) if logs else []
     return annotated, [(_slim(run), result) for run, result in graded], records
+
+
+def grade_batch_in_worker(
+    items: list[tuple[bytes, str]], logs: bool = False,
+) -> list[tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]] | str]:
+    """`grade_in_worker` for each (bytes, label) of a batch; a trace whose grading raised
+    is its formatted exception instead (the others are still graded)."""
+    out: list[tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]] | str] = []
+    for data, label in items:
+        try:
+            out.append(grade_in_worker(data, label, logs))
+        except Exception:
+            out.append(traceback.format_exc())
+    return out
 
 
 def warm_worker() -> bool:

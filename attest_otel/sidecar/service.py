@@ -73,6 +73,12 @@ from attest_otel.store.shared_writer import SharedStoreWriter
 
 log = logging.getLogger(__name__)
 
+BATCH_TRACES = 32
+BATCH_BYTES = 1 << 20
+"""Released traces graded offline together, at most (`Service._submit`): each task for the
+grading process costs a pickle, a pipe trip each way and thread wake-ups in this process,
+and each forwarded request a gRPC call at both ends; a batch pays them once."""
+
 
 class Service:
     """The running sidecar. Build it with `build_service`."""
@@ -116,7 +122,7 @@ class Service:
         self.grader: TraceGrader | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._processes: ProcessPoolExecutor | None = None
-        self._pending: dict[Future[None], HeldTrace] = {}
+        self._pending: dict[Future[None], list[HeldTrace]] = {}
         self._pending_lock = threading.Lock()
         self.grpc: GrpcReceiver | None = None
         self.http: HttpReceiver | None = None
@@ -267,6 +273,12 @@ class Service:
         if pool is None or grader is None:
             return
         limit = self.config.grading.max_trace_bytes
+        # Offline grading takes traces in batches (`TraceGrader.grade_batch`): one task for
+        # the grading process and one forward item per batch. Model checks grade one trace
+        # per thread, so that the model calls of several runs overlap.
+        batched = grader.pool is not None and grader.gate is None
+        batch: list[HeldTrace] = []
+        size = 0
         for trace in traces:
             if len(trace.data) > limit and not trace.late:
                 # Grading costs about 40x a trace's bytes: past the cap it goes on ungraded.
@@ -277,25 +289,42 @@ class Service:
                 self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans,
                                                  tuple(trace.records)))
                 continue
-            self.stats.add(grading_spans=trace.spans)
-            try:
-                future = pool.submit(grader, trace)
-            except RuntimeError:  # pool shut down: forward as it came rather than lose it
-                self.stats.add(grading_spans=-trace.spans)
+            if not batched:
+                self._submit_batch(pool, [trace])
+                continue
+            batch.append(trace)
+            size += len(trace.data)
+            if len(batch) >= BATCH_TRACES or size >= BATCH_BYTES:
+                self._submit_batch(pool, batch)
+                batch, size = [], 0
+        if batch:
+            self._submit_batch(pool, batch)
+
+    def _submit_batch(self, pool: ThreadPoolExecutor, batch: list[HeldTrace]) -> None:
+        grader = self.grader
+        assert grader is not None
+        spans = sum(trace.spans for trace in batch)
+        self.stats.add(grading_spans=spans)
+        try:
+            future = pool.submit(grader.grade_batch, batch)
+        except RuntimeError:  # pool shut down: forward as it came rather than lose it
+            self.stats.add(grading_spans=-spans)
+            for trace in batch:
                 self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans,
                                                  tuple(trace.records)))
-                continue
-            with self._pending_lock:
-                self._pending[future] = trace
-            future.add_done_callback(self._graded)
+            return
+        with self._pending_lock:
+            self._pending[future] = batch
+        future.add_done_callback(self._graded)
 
     def _graded(self, future: Future[None]) -> None:
         with self._pending_lock:
-            trace = self._pending.pop(future, None)
-        if trace is not None:
-            self.stats.add(grading_spans=-trace.spans)
+            batch = self._pending.pop(future, None)
+        if batch is not None:
+            spans = sum(trace.spans for trace in batch)
+            self.stats.add(grading_spans=-spans)
             if self.requests.capacity is not None:
-                self.requests.capacity.graded(trace.spans, self.stats.grading_spans)
+                self.requests.capacity.graded(spans, self.stats.grading_spans)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -468,7 +497,7 @@ class Service:
                     break
             time.sleep(0.02)
         with self._pending_lock:
-            left = [t for f, t in self._pending.items() if f.cancel()]
+            left = [t for f, batch in self._pending.items() if f.cancel() for t in batch]
         for trace in left:  # never started: forward ungraded rather than lose them
             self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans,
                                              tuple(trace.records)))

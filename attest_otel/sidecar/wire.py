@@ -45,6 +45,7 @@ __all__ = [
     "field_bytes",
     "is_genai_name",
     "iter_resource_spans",
+    "plain_request",
     "span_links",
     "split_request",
     "split_to_size",
@@ -391,6 +392,63 @@ def _scope_group(data: bytes, pos: int, end: int, resource_fields: bytes) -> Sco
                 pos = vend
                 break
     return ScopeGroup(resource_fields, b"".join(scope_parts), spans)
+
+
+def plain_request(data: bytes) -> tuple[int, set[bytes]] | None:
+    """(spans, raw trace ids) of a request in which no scope is a GenAI scope and no span
+    has a GenAI name; None when one is, or the framing is not the canonical one. The caller
+    has checked that no GenAI attribute key occurs in the bytes (`GENAI_KEY_BYTES`).
+
+    The same walk as `split_request` but nothing is cut out: a request the sidecar will
+    forward as it came only needs its spans counted and its traces looked up.
+    """
+    try:
+        return _plain(data)
+    except IndexError:
+        raise WireError("truncated protobuf") from None
+
+
+def _plain(data: bytes) -> tuple[int, set[bytes]] | None:
+    count = 0
+    trace_ids: set[bytes] = set()
+    add = trace_ids.add
+    head = _span_head
+    for number, wire_type, _t, rs_start, rs_end in _fields(data, 0, len(data)):
+        if number != 1 or wire_type != 2:
+            continue
+        for n, wt, _ts, pos, end in _fields(data, rs_start, rs_end):
+            if n != 2 or wt != 2:
+                continue
+            scope_parts: list[bytes] = []
+            first = count
+            while pos < end:
+                if data[pos] == 0x12:
+                    length = data[pos + 1]
+                    if length < 0x80:
+                        vstart = pos + 2
+                    elif data[pos + 2] < 0x80:
+                        length = (length & 0x7F) | (data[pos + 2] << 7)
+                        vstart = pos + 3
+                    else:
+                        length, vstart = _varint(data, pos + 1, end)
+                    vend = vstart + length
+                    if vend > end:
+                        raise WireError(f"span at byte {pos} runs past its ScopeSpans")
+                    trace_id, name = head(data, vstart, vend)
+                    if name.startswith(NAME_PREFIXES) or name.endswith(NAME_SUFFIXES):
+                        return None
+                    add(trace_id)
+                    count += 1
+                    pos = vend
+                else:
+                    for _n, _wt, tstart, _vs, vend in _fields(data, pos, end):
+                        scope_parts.append(data[tstart:vend])
+                        pos = vend
+                        break
+            if count > first and is_genai_scope(
+                    ScopeGroup(b"", b"".join(scope_parts)).scope_name()):
+                return None
+    return count, trace_ids
 
 
 def _frame(tag: int, parts: Sequence[bytes]) -> bytes:
