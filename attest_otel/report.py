@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from statistics import NormalDist
 from typing import Any
 
+from attest_otel.store.base import WorstRow
+
 __all__ = [
     "NO_AGENT",
     "GradeRecord",
@@ -177,16 +179,8 @@ def top_problems(records: Iterable[GradeRecord], limit: int = 10) -> list[Proble
     return problems[:limit]
 
 
-@dataclass(frozen=True, slots=True)
-class WorstRun:
-    trace_id: str
-    span_id: str
-    agent: str | None
-    graded_ns: int
-    score: float
-    verdict: str
-    failed_calls: int
-    summary: str
+WorstRun = WorstRow
+"""A run that did not pass, as the report lists it: the store's row, whichever counted it."""
 
 
 def worst_runs(records: Iterable[GradeRecord], limit: int = 10) -> list[WorstRun]:
@@ -348,8 +342,7 @@ def report_from_counts(
         tools=_worst_first(_rate(tool, p, n, calls=calls, failed_calls=bad)
                            for tool, (p, n, calls, bad) in tools.items()),
         problems=found[:limit],
-        worst=[WorstRun(w.trace_id, w.span_id, w.agent, w.graded_ns, w.score, w.verdict,
-                        w.failed_calls, w.summary) for w in counts.worst[:limit]],
+        worst=list(counts.worst[:limit]),
         verdicts_by_tool={tool: verdicts[tool] for tool in order},
         errors_by_recovery=dict(sorted(counts.recoveries, key=lambda kv: (-kv[1], kv[0]))),
     )

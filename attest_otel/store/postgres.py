@@ -45,7 +45,7 @@ from attest_otel.store.base import (
 )
 from attest_otel.store.migrations import LOCK_KEY, migrate
 from attest_otel.store.rollup import Deltas, edges, summary_sql
-from attest_otel.store.sqlite import StoredGrade, StoredTrace
+from attest_otel.store.sqlite import StoredGrade, StoredTrace, grades_from_rows
 
 __all__ = ["URL_SCHEMES", "PostgresStore", "PutItem", "Unreachable", "is_url", "redact"]
 
@@ -312,20 +312,11 @@ class PostgresStore:
         return [str(r[0]) for r in rows]
 
     def grades_since(self, since_ns: int | None = None) -> list[StoredGrade]:
-        out: list[StoredGrade] = []
         rows = self._rows(
             "SELECT trace_id, span_id, agent, graded_ns, result FROM grades"
             " WHERE graded_ns >= %s ORDER BY graded_ns, trace_id, span_id",
             (since_ns if since_ns is not None else -(2**63),))
-        for trace_id, span_id, agent, graded_ns, text in rows:
-            try:
-                result = json.loads(text)
-            except (TypeError, ValueError):
-                continue
-            if isinstance(result, dict):
-                out.append(StoredGrade(str(trace_id), str(span_id), agent, int(graded_ns),
-                                       result))
-        return out
+        return grades_from_rows(rows)
 
     def trace_ids(self, limit: int = 100) -> list[str]:
         rows = self._rows("SELECT trace_id FROM traces ORDER BY updated_ns DESC LIMIT %s",

@@ -20,7 +20,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,20 @@ def default_store_path() -> Path:
     base = os.environ.get("XDG_DATA_HOME", "").strip()
     root = Path(base) if base else Path.home() / ".local" / "share"
     return root / "attest-otel" / "store.db"
+
+
+def grades_from_rows(rows: Iterable[Sequence[Any]]) -> list[StoredGrade]:
+    """(trace_id, span_id, agent, graded_ns, result JSON) rows as grades. A row whose JSON
+    does not parse is skipped: one bad row must not hide a week of grades from the report."""
+    out: list[StoredGrade] = []
+    for trace_id, span_id, agent, graded_ns, text in rows:
+        try:
+            result = json.loads(text) if isinstance(text, str | bytes) else text
+        except (TypeError, ValueError):
+            continue
+        if isinstance(result, dict):
+            out.append(StoredGrade(str(trace_id), str(span_id), agent, int(graded_ns), result))
+    return out
 
 
 class TraceStore:
@@ -288,14 +302,7 @@ class TraceStore:
                 " WHERE graded_ns >= ? ORDER BY graded_ns, trace_id, span_id",
                 (since_ns if since_ns is not None else -(2**63),),
             )
-            for trace_id, span_id, agent, graded_ns, text in cursor:
-                try:
-                    result = json.loads(text)
-                except (TypeError, ValueError):
-                    continue
-                if isinstance(result, dict):
-                    out.append(StoredGrade(str(trace_id), str(span_id), agent, int(graded_ns),
-                                           result))
+            out = grades_from_rows(cursor)
         return out
 
     def trace_ids(self, limit: int = 100) -> list[str]:
