@@ -22,7 +22,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -34,7 +35,7 @@ from attest_otel import semconv
 from attest_otel.content import truncate
 from attest_otel.export.grade_span import remote_span_context
 from attest_otel.export.results import finding_span_id
-from attest_otel.model import CheckResult, Run
+from attest_otel.model import CheckResult, Finding, Run
 
 __all__ = ["DEFAULT_LABEL_CAP", "DEFAULT_LABEL_MAX_CHARS", "DEFAULT_LABEL_TTL_S", "LabelCap",
            "ToolUseMetrics", "metric_views"]
@@ -150,31 +151,71 @@ class ToolUseMetrics:
         return {semconv.GEN_AI_AGENT_NAME: self.cap(semconv.GEN_AI_AGENT_NAME, run.agent)}
 
     def record(self, run: Run, result: CheckResult) -> None:
-        agent = self._agent(run)
-        run_context = _span_context(run.trace_id, run.span_id)
-        self._score.record(float(result.score), attributes=agent, context=run_context)
-        self._runs.add(
-            1,
-            attributes={semconv.ATTEST_TOOL_USE_VERDICT: result.verdict, **agent},
-            context=run_context,
-        )
-        for finding in result.findings:
-            tool = self.cap(semconv.GEN_AI_TOOL_NAME, finding.subject)
-            call_context = _span_context(run.trace_id, finding_span_id(run, finding) or run.span_id)
-            self._calls.add(
-                1,
-                attributes={
-                    semconv.ATTEST_VERDICT: finding.verdict,
-                    semconv.ATTEST_SEVERITY: finding.severity,
-                    semconv.GEN_AI_TOOL_NAME: tool,
-                    **agent,
-                },
-                context=call_context,
-            )
-            recovery = finding.metadata.get("recovery")
-            if isinstance(recovery, str):
-                self._errors.add(
-                    1,
-                    attributes={semconv.ATTEST_RECOVERY: recovery, semconv.GEN_AI_TOOL_NAME: tool},
-                    context=call_context,
-                )
+        self.record_many(((run, result),))
+
+    def record_many(self, graded: Iterable[tuple[Run, CheckResult]]) -> None:
+        """Records graded runs, each counter once per distinct label set of the batch.
+
+        The SDK's per-measurement path (attribute hashing, the exemplar reservoir, a context
+        per call) costs more than grading a tool span in the sidecar; a batch of traces has
+        a few label sets, so counting them here first keeps metrics off the hot path. Each
+        series' exemplar is its last measurement of the batch; scores are still recorded one
+        per run, since a histogram needs each value.
+        """
+        runs: dict[tuple[str, ...], _Series] = {}
+        calls: dict[tuple[str, ...], _Series] = {}
+        errors: dict[tuple[str, ...], _Series] = {}
+        for run, result in graded:
+            agent = self._agent(run)
+            agent_name = agent.get(semconv.GEN_AI_AGENT_NAME, "")
+            self._score.record(float(result.score), attributes=agent,
+                               context=_span_context(run.trace_id, run.span_id))
+            _tally(runs, (result.verdict, agent_name), run, None)
+            for finding in result.findings:
+                tool = self.cap(semconv.GEN_AI_TOOL_NAME, finding.subject)
+                _tally(calls, (finding.verdict, finding.severity, tool, agent_name), run,
+                       finding)
+                recovery = finding.metadata.get("recovery")
+                if isinstance(recovery, str):
+                    _tally(errors, (recovery, tool), run, finding)
+        for (verdict, agent_name), one in runs.items():
+            self._runs.add(one.count, context=one.exemplar(), attributes=_labels(
+                (semconv.ATTEST_TOOL_USE_VERDICT, verdict), agent_name=agent_name))
+        for (verdict, severity, tool, agent_name), one in calls.items():
+            self._calls.add(one.count, context=one.exemplar(), attributes=_labels(
+                (semconv.ATTEST_VERDICT, verdict), (semconv.ATTEST_SEVERITY, severity),
+                (semconv.GEN_AI_TOOL_NAME, tool), agent_name=agent_name))
+        for (recovery, tool), one in errors.items():
+            self._errors.add(one.count, context=one.exemplar(), attributes=_labels(
+                (semconv.ATTEST_RECOVERY, recovery), (semconv.GEN_AI_TOOL_NAME, tool)))
+
+
+@dataclass(slots=True)
+class _Series:
+    """One label set's count in a batch, and its last measurement (the exemplar)."""
+
+    count: int
+    run: Run
+    finding: Finding | None
+
+    def exemplar(self) -> Context:
+        run, finding = self.run, self.finding
+        span_id = (finding_span_id(run, finding) if finding is not None else None) or run.span_id
+        return _span_context(run.trace_id, span_id)
+
+
+def _tally(series: dict[tuple[str, ...], _Series], key: tuple[str, ...], run: Run,
+           finding: Finding | None) -> None:
+    one = series.get(key)
+    if one is None:
+        series[key] = _Series(1, run, finding)
+    else:
+        one.count += 1
+        one.run, one.finding = run, finding
+
+
+def _labels(*pairs: tuple[str, str], agent_name: str = "") -> dict[str, str]:
+    labels = dict(pairs)
+    if agent_name:
+        labels[semconv.GEN_AI_AGENT_NAME] = agent_name
+    return labels

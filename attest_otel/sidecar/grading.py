@@ -74,13 +74,14 @@ class TraceGrader:
         emit: Callable[[Run, CheckResult], None] | None = None,
         store: Writer | None = None,
         pool: ProcessPoolExecutor | None = None,
-        emit_after_worker: Callable[[Run, CheckResult], None] | None = None,
+        emit_after_worker: Callable[[list[tuple[Run, CheckResult]]], None] | None = None,
         content: ContentPolicy = KEEP,
     ) -> None:
         self.content = content
         """What of a run's content the grade events written into its spans carry."""
         self.emit_after_worker = emit_after_worker
-        """What is left to emit in this process when a worker graded (and logged) a run."""
+        """What is left to emit in this process of the runs a worker graded (and logged): the
+        metrics, recorded once per batch (`ToolUseMetrics.record_many`)."""
         self.pool = pool
         """Worker processes for offline grading (model checks grade in this process)."""
         self.policy = policy
@@ -172,6 +173,12 @@ class TraceGrader:
         for trace, original, graded in zip(fresh, originals, results, strict=True):
             trace.probe = None
             self._account(trace, original, graded)
+        offline = [one for graded in results if graded.in_worker for one in graded.runs]
+        if offline and self.emit_after_worker is not None:
+            try:
+                self.emit_after_worker(offline)
+            except Exception:
+                log.exception("recording the metrics of graded runs failed")
 
     def _grade_offline(self, traces: list[HeldTrace],
                        originals: list[bytes]) -> list[_Graded] | None:
@@ -230,10 +237,9 @@ class TraceGrader:
                     "released": trace.reason,
                 },
             )
-            emit = self.emit_after_worker if graded.in_worker else self.emit
-            if emit is not None:
+            if not graded.in_worker and self.emit is not None:
                 try:
-                    emit(run, result)
+                    self.emit(run, result)
                 except Exception:
                     log.exception("emitting the grade of a run failed")
         if self.remember is not None and not graded.failed:

@@ -8,7 +8,9 @@ Admission follows grading: a sidecar that takes GenAI spans faster than it grade
 moves the queue from the sender (who can hold it, and knows) into its own memory, and every
 graded span waits longer. So beyond the forward queue's bound, a request is refused ("try
 later") while the spans waiting for grading exceed what grading clears in `horizon_s` at its
-measured rate (`GradingCapacity`), or `max_backlog_spans`.
+measured rate (`GradingCapacity`), or `max_backlog_spans`. Spans held in the last grace
+period count as waiting too: they are released within the next one, and a burst that arrives
+faster than one grace period would otherwise all be admitted before any of it is graded.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from attest_otel.sidecar.buffer import HeldTrace, TraceBuffer
@@ -41,39 +44,77 @@ log = logging.getLogger(__name__)
 
 
 class GradingCapacity:
-    """How many spans may wait for grading: what grading clears in `horizon_s`, at the rate
-    measured over the last busy seconds (spans graded per second while a backlog remained),
-    never less than `floor_spans` (one or two large requests, so a cold start is not
-    refused)."""
+    """How many spans may wait for grading: what grading clears in `horizon_s` plus the
+    arrival window, at its measured rate, never less than `floor_spans` (a few large
+    requests, so a cold start is not refused).
 
-    def __init__(self, horizon_s: float, *, floor_spans: int = 4096,
+    The rate is spans graded per second of busy grading (some batch submitted and not done),
+    so idle gaps between bursts do not make the sidecar look slower than it is.
+
+    Waiting means submitted to grading and not done, or held in the last `arriving_s` (the
+    grace period): a held span is due for grading one grace after its run's last span came,
+    so the recent arrivals are the grading work of the next grace period. Spans of a run that
+    is still going, held for longer, are not counted: they are not load yet.
+    """
+
+    def __init__(self, horizon_s: float, *, arriving_s: float = 0.0, floor_spans: int = 2048,
                  window_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.horizon_s = horizon_s
+        self.arriving_s = arriving_s
         self.floor_spans = floor_spans
         self.window_s = window_s
         self.rate = 0.0
-        """Spans graded per second while grading was busy (0 until measured)."""
+        """Spans graded per busy second (0 until `window_s` of busy grading was seen)."""
         self._clock = clock
         self._lock = threading.Lock()
-        self._start = clock()
+        self._busy_since: float | None = None
+        self._busy_s = 0.0
         self._count = 0
+        self._arrivals: deque[tuple[float, int]] = deque()
+        self._arriving = 0
+
+    def submitted(self) -> None:
+        """Grading was given work: it is busy from now if it was not."""
+        with self._lock:
+            if self._busy_since is None:
+                self._busy_since = self._clock()
 
     def graded(self, spans: int, backlog: int) -> None:
-        """A trace of `spans` finished grading; `backlog` spans still wait."""
+        """A batch of `spans` finished grading; `backlog` spans still wait."""
         with self._lock:
-            self._count += spans
             now = self._clock()
-            elapsed = now - self._start
-            if elapsed < self.window_s:
+            self._count += spans
+            if self._busy_since is not None:
+                self._busy_s += now - self._busy_since
+                self._busy_since = now if backlog > 0 else None
+            if self._busy_s < self.window_s:
                 return
-            if backlog > 0:  # busy all along (roughly): the window measured capacity
-                rate = self._count / elapsed
-                self.rate = rate if self.rate == 0 else 0.5 * self.rate + 0.5 * rate
-            self._start = now
+            rate = self._count / self._busy_s
+            self.rate = rate if self.rate == 0 else 0.5 * self.rate + 0.5 * rate
+            self._busy_s = 0.0
             self._count = 0
 
+    def held(self, spans: int) -> None:
+        """`spans` were just put in the buffer to wait for their run."""
+        with self._lock:
+            self._arrivals.append((self._clock(), spans))
+            self._arriving += spans
+
+    def arriving(self) -> int:
+        """Spans held within the last `arriving_s`."""
+        with self._lock:
+            horizon = self._clock() - self.arriving_s
+            arrivals = self._arrivals
+            while arrivals and arrivals[0][0] < horizon:
+                self._arriving -= arrivals.popleft()[1]
+            return self._arriving
+
     def allowed(self) -> int:
-        return max(self.floor_spans, int(self.rate * self.horizon_s))
+        return max(self.floor_spans, int(self.rate * (self.horizon_s + self.arriving_s)))
+
+    def has_room(self, backlog: int) -> bool:
+        """Whether `backlog` spans in grading, with the recent arrivals, leave room."""
+        return backlog + self.arriving() <= self.allowed()
 
 
 class RequestPath:
@@ -117,7 +158,9 @@ class RequestPath:
             return False, "shutting down"
         if self.disk_error is not None and time.monotonic() - self._disk_failed_at < 5.0:
             return False, f"buffer-dir: {self.disk_error}"
-        if not self.has_room(1, 0):
+        # Flow control is not health: a sidecar that answers "retry later" to a burst is
+        # working; only the hard bounds make it unready.
+        if not self.forwarder.has_room(1, 0) or self.stats.grading_spans > self.max_backlog_spans:
             return False, "forward queue or grading backlog full"
         failing = self.forwarder.failing()
         if failing is not None and failing[0] >= self.unready_after_s:
@@ -126,13 +169,12 @@ class RequestPath:
                            f"{seconds:.0f}s: {error}")
         return True, ""
 
-    def has_room(self, spans: int, size: int) -> bool:
+    def grading_has_room(self) -> bool:
+        """Whether grading takes more spans to hold; asked only of requests that may hold
+        some, so a plain request is never refused because agents keep grading busy."""
         backlog = self.stats.grading_spans
-        return (
-            self.forwarder.has_room(spans, size)
-            and backlog <= self.max_backlog_spans
-            and (self.capacity is None or backlog <= self.capacity.allowed())
-        )
+        return backlog <= self.max_backlog_spans and (
+            self.capacity is None or self.capacity.has_room(backlog))
 
     def accept(self, data: bytes) -> Outcome:
         """One export request (protobuf bytes, already inflated). Never raises."""
@@ -146,6 +188,11 @@ class RequestPath:
         try:
             plain = self.plain(data)
             if plain is None:
+                # Refused before it is cut up: under a burst most refusals land here.
+                if not self.grading_has_room():
+                    self.stats.reject("grading_busy")
+                    return Outcome("full", "grading is at capacity; retry later",
+                                   self.retry_after_s)
                 groups = split_request(data)
                 spans = sum(len(g.spans) for g in groups)
             else:
@@ -155,7 +202,7 @@ class RequestPath:
             return Outcome("malformed", f"not an OTLP ExportTraceServiceRequest: {e}")
         if spans == 0:
             return OK
-        if not self.has_room(spans, len(data)):
+        if not self.forwarder.has_room(spans, len(data)):
             self.stats.reject("queue_full")
             return Outcome("full", "forward queue full; retry later", self.retry_after_s)
         record: int | None = None
@@ -259,6 +306,8 @@ class RequestPath:
         elif routed.passthrough:
             item = ForwardItem(encode_groups(routed.passthrough), routed.passthrough_spans,
                                records, mergeable=True)
+        if routed.held_spans and self.capacity is not None:
+            self.capacity.held(routed.held_spans)
         if self.wal is not None and record is not None:
             self.wal.hold(record, routed.traces_touched + (item is not None))
             self.wal.unpin(record)

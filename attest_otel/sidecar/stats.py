@@ -54,7 +54,7 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "counter", "{span}", "Spans sent again after a forward timed out: the next hop may "
         "have received them twice."),
     "attest.sidecar.requests.rejected": (
-        "counter", "{request}", "Requests refused, by reason (queue_full, malformed, "
+        "counter", "{request}", "Requests refused, by reason (queue_full, grading_busy, malformed, "
         "too_large, unsupported_media_type, length_required, shutting_down)."),
 }
 """The sidecar's own metrics (through the same meter provider / Prometheus endpoint as the

@@ -144,3 +144,49 @@ def test_an_admitted_value_keeps_its_name_after_the_cap_is_reached() -> None:
     assert cap("agent", "x") == "x"
     with pytest.raises(ValueError, match="at least 1"):
         LabelCap(0)
+
+
+def _values(reader: InMemoryMetricReader) -> dict[str, Any]:
+    data = reader.get_metrics_data()
+    out: dict[str, Any] = {}
+    for name in (semconv.METRIC_CALLS, semconv.METRIC_ERRORS, semconv.METRIC_RUNS):
+        out[name] = {frozenset(p.attributes.items()): p.value for p in _points(reader, name, data)}
+    out[semconv.METRIC_SCORE] = {
+        frozenset(p.attributes.items()): (p.count, p.sum, list(p.bucket_counts))
+        for p in _points(reader, semconv.METRIC_SCORE, data)
+    }
+    return out
+
+
+def test_a_batch_recorded_at_once_counts_what_its_runs_recorded_one_by_one() -> None:
+    batch = [graded_run(), passing_run(), graded_run(), passing_run(agent="billing")]
+    seen = []
+    for record in ("one by one", "at once"):
+        reader = InMemoryMetricReader()
+        provider = MeterProvider(metric_readers=[reader], views=metric_views(),
+                                 shutdown_on_exit=False)
+        metrics = ToolUseMetrics(provider.get_meter("test"))
+        if record == "at once":
+            metrics.record_many(batch)
+        else:
+            for run, result in batch:
+                metrics.record(run, result)
+        seen.append(_values(reader))
+        provider.shutdown()
+    assert seen[0] == seen[1]
+    calls = seen[1][semconv.METRIC_CALLS]
+    assert sum(calls.values()) == 2 * 12 + 2
+    runs = seen[1][semconv.METRIC_RUNS]
+    assert sorted(runs.values()) == [1, 1, 2]  # two graded runs share one series
+
+
+def test_a_batched_series_keeps_the_last_call_of_the_batch_as_its_exemplar(
+    reader: InMemoryMetricReader,
+) -> None:
+    first, result = passing_run()
+    second, _ = passing_run()
+    second.trace_id = "f" * 32
+    _metrics(reader).record_many([(first, result), (second, result)])
+    (call,) = _points(reader, semconv.METRIC_CALLS)
+    assert call.value == 2
+    assert [f"{e.trace_id:032x}" for e in call.exemplars] == ["f" * 32]
