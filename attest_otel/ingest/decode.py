@@ -391,7 +391,7 @@ def _json_documents(text: str, source: str) -> Iterator[tuple[int | None, Any]]:
     newline = text.find("\n", start)
     if newline != -1 and _skip_ws(text, newline) != len(text):
         try:
-            first = json.loads(text[start:newline])
+            first = otlp_json.loads(text[start:newline])
         except (ValueError, RecursionError):  # JSONDecodeError, or too deep or long a value
             pass
         else:
@@ -399,6 +399,10 @@ def _json_documents(text: str, source: str) -> Iterator[tuple[int | None, Any]]:
             yield first_line, first
             yield from _json_lines(text, newline + 1, first_line + 1, source)
             return
+    document = otlp_json.loads_one(text)  # one document: orjson; otherwise `json`, as before
+    if document is not otlp_json.NOT_ONE_DOCUMENT:
+        yield None, document
+        return
     line = text.count("\n", 0, start) + 1
     pos = start
     while pos < len(text):
@@ -426,7 +430,7 @@ def _json_lines(text: str, pos: int, line: int, source: str) -> Iterator[tuple[i
         chunk = text[pos:end]
         if chunk.strip():
             try:
-                document = json.loads(chunk)
+                document = otlp_json.loads(chunk)
             except (ValueError, RecursionError) as exc:
                 raise InputError(source, json_problem(exc), line=line) from None
             yield line, document
@@ -449,11 +453,11 @@ def _json_request(document: Any, source: str, line: int | None, out: Decoded, la
             line=line,
         )
     try:
-        if _has_any(document, _TRACE_KEYS):
+        if _TRACE_KEYS[0] in document or _TRACE_KEYS[1] in document:  # no generator: per line
             seen, genai = otlp_json.walk_traces(document, out.spans, lazy=lazy)
             out.span_count += seen
             out.genai_span_count += genai
-        elif _has_any(document, _LOG_KEYS):
+        elif _LOG_KEYS[0] in document or _LOG_KEYS[1] in document:
             seen, _ = otlp_json.walk_logs(document, out.logs, lazy=lazy)
             out.log_count += seen
         elif _has_any(document, _SKIPPED_KEYS):

@@ -1,4 +1,4 @@
-"""Walk OTLP JSON (already `json.loads`-ed) into `Span`s and `LogRecord`s.
+"""Read OTLP JSON: parse it (`loads`) and walk it into `Span`s and `LogRecord`s.
 
 Both JSON dialects are read, per value, without a mode switch:
 
@@ -13,11 +13,22 @@ lowerCamelCase first, then as snake_case; an absent key and a proto3 default (0,
 mean the same thing, so `a or b` is a safe fallback for everything but `boolValue`.
 
 Non-GenAI spans become skeletons exactly as in `otlp_proto`; their `source` is the raw dict.
+
+Parsing (issue 12). `loads` is `json.loads` with orjson doing the work (about 2x faster on
+OTLP, where parsing was half of decoding). What orjson refuses (NaN and Infinity, numbers
+beyond a double, unpaired surrogate escapes, nesting past 1024 levels, every syntax error) is
+parsed again by `json`, so such input gives `json`'s value or its exact error. One difference
+remains, on input that is never valid OTLP: an integer literal outside -2**63 .. 2**64-1
+reads as the nearest float (as an `intValue`, the integer of that float).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
+
+import orjson
 
 from attest_otel.ingest.candidate import (
     GENAI_EVENT_PREFIXES,
@@ -37,7 +48,60 @@ from attest_otel.ingest.otlp_common import (
 )
 from attest_otel.ingest.span import Event, LogRecord, Span
 
+if tuple(f.name for f in dataclasses.fields(LogRecord)) != (
+    "trace_id",
+    "span_id",
+    "event_name",
+    "time_ns",
+    "body",
+    "attributes",
+):  # pragma: no cover - a guard for whoever edits ingest/span.py
+    raise ImportError("ingest.span.LogRecord fields changed: update walk_logs' LogRecord(...)")
+
 JsonObject = dict[str, Any]
+
+# -- parsing ----------------------------------------------------------------------------------
+
+
+NOT_ONE_DOCUMENT: Any = object()
+"""What `loads_one` returns when orjson cannot read the text as one document."""
+
+ORJSON_MAX_CHARS = 4 * 1024 * 1024
+"""Longer texts are left to `json`: orjson holds about 13-17 times the text while it parses
+(`json` 1-6 times), and the hostile-input bounds (docs/hostile-input.md) are in multiples of
+the input. One OTLP/JSON line or request is far shorter."""
+
+
+def loads(text: str) -> Any:
+    """`json.loads(text)`: the same value, or the same exception, read by orjson when it can.
+
+    Whatever orjson refuses is read by `json` again, so NaN, Infinity, numbers beyond a double,
+    unpaired surrogate escapes and every error come out exactly as before; integer literals
+    beyond 64 bits read as floats (module docstring). Texts longer than `ORJSON_MAX_CHARS`
+    are read by `json`."""
+    if len(text) > ORJSON_MAX_CHARS:
+        return json.loads(text)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+def loads_one(text: str) -> Any:
+    """The JSON document `text` holds (whitespace around it allowed), or `NOT_ONE_DOCUMENT`
+    when orjson cannot read it: several documents, invalid JSON, or anything orjson refuses.
+    The caller then reads it its own way (with `json`), which is where errors come from; so
+    it does texts longer than `ORJSON_MAX_CHARS`."""
+    if len(text) > ORJSON_MAX_CHARS:
+        return NOT_ONE_DOCUMENT
+    try:
+        document = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return NOT_ONE_DOCUMENT
+    return document
+
+
+# -- values -----------------------------------------------------------------------------------
 
 _STRING, _BOOL, _INT, _DOUBLE, _ARRAY, _KVLIST, _BYTES = range(7)
 _VALUE_KINDS: dict[str, int] = {
@@ -121,14 +185,26 @@ def attributes(kvs: Any) -> dict[str, Any]:
         raise MalformedOTLP(f"attributes must be a list, got {_shown(kvs)}")
     out: dict[str, Any] = {}
     for kv in kvs:
-        key = kv.get("key", "") if type(kv) is dict else None  # omitted: "" (proto3)
+        # Subscripts, not `.get`: a key or value left out (and a kv that is no object) is
+        # rare, and `_key_value` then decides as the plain loop always did.
+        try:
+            key = kv["key"]
+            value = kv["value"]
+        except (KeyError, TypeError):
+            key, value = _key_value(kv)
         if type(key) is not str:
-            raise MalformedOTLP(f'attribute must be {{"key": ..., "value": ...}}, got {_shown(kv)}')
+            key, value = _key_value(kv)
         # `any_value`'s own first test, inlined: most values are strings.
-        value = kv.get("value")
         text = value.get("stringValue") if type(value) is dict else None
         out[key] = text if type(text) is str else any_value(value)
     return out
+
+
+def _key_value(kv: Any) -> tuple[str, Any]:
+    key = kv.get("key", "") if type(kv) is dict else None  # omitted: "" (proto3)
+    if type(key) is not str:
+        raise MalformedOTLP(f'attribute must be {{"key": ..., "value": ...}}, got {_shown(kv)}')
+    return key, kv.get("value")
 
 
 def events(span: JsonObject) -> list[Event]:
@@ -206,39 +282,118 @@ def _object(obj: Any, where: str) -> JsonObject:
     return obj
 
 
+def _span_id(raw: Any, what: str) -> str:
+    """`text_id_to_hex` for a span id, with hex of the right length (the usual case) first."""
+    if type(raw) is str and len(raw) == 16:
+        try:
+            found = bytes.fromhex(raw)
+        except ValueError:
+            found = b""
+        if len(found) == SPAN_ID_BYTES:
+            return found.hex()
+    return text_id_to_hex(raw, SPAN_ID_BYTES, what)
+
+
+# -- walks ------------------------------------------------------------------------------------
+
+_TRACE_IDS: dict[str, str] = {}
+"""Raw trace id -> hex. Trace ids repeat across a request's spans, and across the requests of a
+file that has one span a line; strings only, so sharing them is safe. Cleared when large."""
+
+_RESOURCES: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
+"""The last few resource attribute lists `_resource` decoded that held only short strings, each
+as it must be written (`{"key": k, "value": {"stringValue": v}}`), with what it gave. Files of
+one span a line repeat their resource on every line."""
+
+_RESOURCES_KEPT = 4
+_CACHED_CHARS = 256
+"""Only short texts are kept, so hostile large strings are never pinned."""
+
+
+def _resource(kvs: Any) -> dict[str, Any]:
+    """`attributes(kvs)` for a resource, with the last few answers kept: a list equal to one
+    kept is answered with a copy of its dict (a C-level comparison and copy, a third of a
+    walk). A copy: each request's spans share their own dict, which the string limit may cut
+    in place (`sanitize.truncate_decoded`)."""
+    if kvs and type(kvs) is list:
+        for written, found in _RESOURCES:
+            if kvs == written:  # then every kv is {"key": k, "value": {"stringValue": v}}
+                return dict(found)
+    found = attributes(kvs)
+    if found and len(found) == len(kvs) and len(kvs) <= 64:
+        written = []
+        for key, value in found.items():
+            if type(value) is not str or len(value) > _CACHED_CHARS or len(key) > _CACHED_CHARS:
+                return found
+            written.append({"key": key, "value": {"stringValue": value}})
+        if kvs == written:  # no other fields, nothing else that reads the same
+            _RESOURCES.insert(0, (written, dict(found)))
+            del _RESOURCES[_RESOURCES_KEPT:]
+    return found
+
+
 def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, int]:
     """Append one `Span` per span in the request object to `out`; return (seen, GenAI)."""
     seen = genai = 0
     key_heads = KEY_PREFIXES_BY_FIRST_CHAR
-    trace_ids: dict[str, str] = {}  # raw -> hex; trace ids repeat across a request's spans
+    trace_ids = _TRACE_IDS
+    if len(trace_ids) > 4096:
+        trace_ids.clear()
     append = out.append
+    # Paths for messages (`resourceSpans[0].scopeSpans[1]`) are only written on the way out.
     for i, rs in enumerate(_list(req, "resourceSpans", "resource_spans", "")):
-        where = f"resourceSpans[{i}]"
-        rs = _object(rs, where)
+        if type(rs) is not dict:
+            raise MalformedOTLP(f"expected an object, got {_shown(rs)}", f"resourceSpans[{i}]")
         try:
-            resource = attributes(_object(rs.get("resource") or {}, where).get("attributes"))
+            resource = _resource(_object(rs.get("resource") or {}, "").get("attributes"))
         except MalformedOTLP as exc:
-            exc.where = where + ".resource"
+            exc.where = f"resourceSpans[{i}].resource"
             raise
-        scope_spans = _list(rs, "scopeSpans", "scope_spans", where) or _list(
-            rs, "instrumentationLibrarySpans", "instrumentation_library_spans", where
-        )
+        scope_spans = rs.get("scopeSpans") or rs.get("scope_spans")
+        if not scope_spans:
+            scope_spans = _list(
+                rs,
+                "instrumentationLibrarySpans",
+                "instrumentation_library_spans",
+                f"resourceSpans[{i}]",
+            )
+        elif type(scope_spans) is not list:
+            raise MalformedOTLP(
+                f"scopeSpans must be a list, got {_shown(scope_spans)}", f"resourceSpans[{i}]"
+            )
         for j, ss in enumerate(scope_spans):
-            where = f"resourceSpans[{i}].scopeSpans[{j}]"
-            ss = _object(ss, where)
-            scope = _object(
+            if type(ss) is not dict:
+                raise MalformedOTLP(
+                    f"expected an object, got {_shown(ss)}", f"resourceSpans[{i}].scopeSpans[{j}]"
+                )
+            scope = (
                 ss.get("scope")
                 or ss.get("instrumentationLibrary")
                 or ss.get("instrumentation_library")
-                or {},
-                where + ".scope",
+                or {}
             )
+            if type(scope) is not dict:
+                raise MalformedOTLP(
+                    f"expected an object, got {_shown(scope)}",
+                    f"resourceSpans[{i}].scopeSpans[{j}].scope",
+                )
             scope_name = scope.get("name") or ""
             scope_version = scope.get("version") or ""
             if type(scope_name) is not str or type(scope_version) is not str:
-                raise MalformedOTLP("scope name and version must be strings", where + ".scope")
+                raise MalformedOTLP(
+                    "scope name and version must be strings",
+                    f"resourceSpans[{i}].scopeSpans[{j}].scope",
+                )
             whole_scope = not lazy or is_genai_scope(scope_name)
-            for k, s in enumerate(_list(ss, "spans", "spans", where)):
+            spans = ss.get("spans")
+            if not spans:
+                continue
+            if type(spans) is not list:
+                raise MalformedOTLP(
+                    f"spans must be a list, got {_shown(spans)}",
+                    f"resourceSpans[{i}].scopeSpans[{j}]",
+                )
+            for k, s in enumerate(spans):
                 try:
                     if type(s) is not dict:
                         raise MalformedOTLP(f"expected an object, got {_shown(s)}")
@@ -261,13 +416,9 @@ def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, i
                     if trace_id is None:
                         trace_id = text_id_to_hex(raw, TRACE_ID_BYTES, "trace id")
                         trace_ids[str(raw)] = trace_id
-                    span_id = text_id_to_hex(
-                        s.get("spanId") or s.get("span_id"), SPAN_ID_BYTES, "span id"
-                    )
+                    span_id = _span_id(s.get("spanId") or s.get("span_id"), "span id")
                     raw = s.get("parentSpanId") or s.get("parent_span_id")
-                    parent_id = (
-                        text_id_to_hex(raw, SPAN_ID_BYTES, "parent span id") if raw else None
-                    )
+                    parent_id = _span_id(raw, "parent span id") if raw else None
                     status = s.get("status")
                     if status:
                         if type(status) is not dict:
@@ -281,12 +432,20 @@ def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, i
                     kind = s.get("kind") or 0
                     if type(kind) is not int:
                         kind = _enum(kind, SPAN_KIND_NAMES, "span kind")
-                    start = s.get("startTimeUnixNano") or s.get("start_time_unix_nano") or 0
-                    end = s.get("endTimeUnixNano") or s.get("end_time_unix_nano") or 0
+                    # Times are decimal strings in OTLP/JSON: `_time`'s work, inlined for them
+                    # (up to 20 digits: longer ones take `_time`'s way, with its messages).
+                    raw = s.get("startTimeUnixNano") or s.get("start_time_unix_nano") or 0
+                    start = (
+                        int(raw) if type(raw) is str and len(raw) <= 20 and raw.isdecimal() else raw
+                    )
                     if type(start) is not int or not 0 <= start <= _U64:
-                        start = _time(start, "start")
+                        start = _time(raw, "start")
+                    raw = s.get("endTimeUnixNano") or s.get("end_time_unix_nano") or 0
+                    end = (
+                        int(raw) if type(raw) is str and len(raw) <= 20 and raw.isdecimal() else raw
+                    )
                     if type(end) is not int or not 0 <= end <= _U64:
-                        end = _time(end, "end")
+                        end = _time(raw, "end")
                     # By position, in `Span`'s field order (checked by otlp_common).
                     span = Span(
                         trace_id,
@@ -299,17 +458,19 @@ def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, i
                         status_code,
                         status_message,
                         attributes(kvs) if full else {},
-                        events(s) if full else [],
+                        events(s) if full and s.get("events") else [],
                         resource,
                         scope_name,
                         scope_version,
                         s,
                     )
                 except MalformedOTLP as exc:
-                    exc.where = f"{where}.spans[{k}]"
+                    exc.where = f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
                     raise
                 except (AttributeError, TypeError, ValueError) as exc:
-                    raise MalformedOTLP(f"malformed span: {exc}", f"{where}.spans[{k}]") from None
+                    raise MalformedOTLP(
+                        f"malformed span: {exc}", f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
+                    ) from None
                 seen += 1
                 if full:
                     genai += 1
@@ -322,20 +483,48 @@ def walk_logs(req: JsonObject, out: list[LogRecord], *, lazy: bool) -> tuple[int
     return (records seen, records kept)."""
     seen = kept = 0
     event_prefixes = GENAI_EVENT_PREFIXES
+    append = out.append
+    # Paths for messages are only written on the way out, as in `walk_traces`.
     for i, rl in enumerate(_list(req, "resourceLogs", "resource_logs", "")):
-        where = f"resourceLogs[{i}]"
-        rl = _object(rl, where)
-        for j, sl in enumerate(_list(rl, "scopeLogs", "scope_logs", where)):
-            where = f"resourceLogs[{i}].scopeLogs[{j}]"
-            sl = _object(sl, where)
-            scope_name = _object(sl.get("scope") or {}, where + ".scope").get("name") or ""
+        if type(rl) is not dict:
+            raise MalformedOTLP(f"expected an object, got {_shown(rl)}", f"resourceLogs[{i}]")
+        scope_logs = rl.get("scopeLogs") or rl.get("scope_logs")
+        if not scope_logs:
+            continue
+        if type(scope_logs) is not list:
+            raise MalformedOTLP(
+                f"scopeLogs must be a list, got {_shown(scope_logs)}", f"resourceLogs[{i}]"
+            )
+        for j, sl in enumerate(scope_logs):
+            if type(sl) is not dict:
+                raise MalformedOTLP(
+                    f"expected an object, got {_shown(sl)}", f"resourceLogs[{i}].scopeLogs[{j}]"
+                )
+            scope = sl.get("scope") or {}
+            if type(scope) is not dict:
+                raise MalformedOTLP(
+                    f"expected an object, got {_shown(scope)}",
+                    f"resourceLogs[{i}].scopeLogs[{j}].scope",
+                )
+            scope_name = scope.get("name") or ""
             if type(scope_name) is not str:
-                raise MalformedOTLP("scope name must be a string", where + ".scope")
+                raise MalformedOTLP(
+                    "scope name must be a string", f"resourceLogs[{i}].scopeLogs[{j}].scope"
+                )
             whole_scope = not lazy or is_genai_scope(scope_name)
-            for k, lr in enumerate(_list(sl, "logRecords", "log_records", where)):
+            records = sl.get("logRecords") or sl.get("log_records")
+            if not records:
+                continue
+            if type(records) is not list:
+                raise MalformedOTLP(
+                    f"logRecords must be a list, got {_shown(records)}",
+                    f"resourceLogs[{i}].scopeLogs[{j}]",
+                )
+            for k, lr in enumerate(records):
                 seen += 1
                 try:
-                    lr = _object(lr, "")
+                    if type(lr) is not dict:
+                        raise MalformedOTLP(f"expected an object, got {_shown(lr)}")
                     event_name = lr.get("eventName") or lr.get("event_name") or ""
                     if type(event_name) is not str:
                         raise MalformedOTLP(f"event name must be a string: {_shown(event_name)}")
@@ -359,33 +548,40 @@ def walk_logs(req: JsonObject, out: list[LogRecord], *, lazy: bool) -> tuple[int
                     raw = lr.get("traceId") or lr.get("trace_id")
                     trace_id = text_id_to_hex(raw, TRACE_ID_BYTES, "trace id") if raw else ""
                     raw = lr.get("spanId") or lr.get("span_id")
-                    span_id = text_id_to_hex(raw, SPAN_ID_BYTES, "span id") if raw else ""
+                    span_id = _span_id(raw, "span id") if raw else ""
                     record_attributes = attributes(kvs)
                     if not event_name:
                         named = record_attributes.get("event.name")
                         event_name = named if isinstance(named, str) else ""
-                    time = (
+                    raw = (
                         lr.get("timeUnixNano")
                         or lr.get("time_unix_nano")
                         or lr.get("observedTimeUnixNano")
                         or lr.get("observed_time_unix_nano")
                         or 0
                     )
+                    time = (
+                        int(raw) if type(raw) is str and len(raw) <= 20 and raw.isdecimal() else raw
+                    )
+                    if type(time) is not int or not 0 <= time <= _U64:
+                        time = _time(raw, "log")
+                    # By position, in `LogRecord`'s field order (checked at import, above).
                     record = LogRecord(
-                        trace_id=trace_id,
-                        span_id=span_id,
-                        event_name=event_name,
-                        time_ns=_time(time, "log"),
-                        body=any_value(lr.get("body")),
-                        attributes=record_attributes,
+                        trace_id,
+                        span_id,
+                        event_name,
+                        time,
+                        any_value(lr.get("body")),
+                        record_attributes,
                     )
                 except MalformedOTLP as exc:
-                    exc.where = f"{where}.logRecords[{k}]"
+                    exc.where = f"resourceLogs[{i}].scopeLogs[{j}].logRecords[{k}]"
                     raise
                 except (AttributeError, TypeError, ValueError) as exc:
                     raise MalformedOTLP(
-                        f"malformed log record: {exc}", f"{where}.logRecords[{k}]"
+                        f"malformed log record: {exc}",
+                        f"resourceLogs[{i}].scopeLogs[{j}].logRecords[{k}]",
                     ) from None
                 kept += 1
-                out.append(record)
+                append(record)
     return seen, kept
