@@ -8,7 +8,7 @@ plain GenAI last (docs/dialects.md, "Detection order"). Each check is a handful 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from attest_otel.adapt.adk import ADK
 from attest_otel.adapt.base import Dialect, Role
@@ -78,15 +78,34 @@ def detect(span: Span, declared: Sequence[Dialect] = ()) -> tuple[Dialect, Role]
             if role is not None:
                 return dialect, role
         return None
-    role = _OPENINFERENCE.detect(span)
-    if role is not None:
-        return _OPENINFERENCE, role
-    for dialect in _BY_SCOPE.get(span.scope_name, ()):
-        role = dialect.detect(span)
-        if role is not None:
-            return dialect, role
-    for dialect in DIALECTS:
-        role = dialect.detect(span)
+    for dialect, ask in _order(span.scope_name):
+        role = ask(span)
         if role is not None:
             return dialect, role
     return None
+
+
+_Asked = tuple[tuple[Dialect, Callable[[Span], "Role | None"]], ...]
+_ORDERS: dict[str, _Asked] = {}
+_ORDERS_LIMIT = 1024
+"""Scope names whose order is kept; past it the cache starts again (scope names are few,
+but they come from the input)."""
+
+
+def _order(scope_name: str) -> _Asked:
+    """The built-in dialects in the order a span of this scope asks them: OpenInference,
+    the scope's own, then the rest of `DIALECTS`; each once, with its bound `detect`.
+
+    Decided once per scope name rather than per span. Asking a dialect that already said
+    no again cannot change the answer (`detect` reads the span and nothing else), so each
+    is asked once; binding the methods saves an attribute lookup per dialect and span.
+    """
+    found = _ORDERS.get(scope_name)
+    if found is None:
+        first = (_OPENINFERENCE, *_BY_SCOPE.get(scope_name, ()))
+        dialects = first + tuple(d for d in DIALECTS if all(d is not f for f in first))
+        found = tuple((d, d.detect) for d in dialects)
+        if len(_ORDERS) >= _ORDERS_LIMIT:
+            _ORDERS.clear()
+        _ORDERS[scope_name] = found
+    return found

@@ -11,6 +11,7 @@ Both forms live side by side in the wild, sometimes from one library depending o
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import fields
 from typing import Any
 
 from attest_otel.adapt.base import (
@@ -38,13 +39,15 @@ from attest_otel.adapt.messages import (
     answer_in,
     assistant_text,
     last_user_text,
+    message_items,
     parse_message,
     parse_messages,
     parse_system,
     parse_tool_definitions,
     system_in,
+    system_in_items,
     system_text,
-    task_in,
+    task_in_items,
 )
 from attest_otel.ingest.span import LogRecord, Span
 
@@ -103,10 +106,9 @@ class GenAI:
         attrs = span.attributes
         if OP not in attrs:
             return None
-        for key in _LATEST_MARKERS:
-            if key in attrs:
-                return op_role(span)
-        return None
+        if attrs.keys().isdisjoint(_LATEST_MARKERS):  # one C-level test: asked of every span
+            return None
+        return op_role(span)
 
     def agent_name(self, span: Span) -> str | None:
         return agent_name(span)
@@ -139,19 +141,30 @@ def agent_name(span: Span) -> str | None:
     )
 
 
+_TOOL_INFO_FIELDS = (
+    "name", "call_id", "arguments", "arguments_captured", "output", "output_captured",
+    "handoff_target",
+)
+if tuple(f.name for f in fields(ToolInfo))[:7] != _TOOL_INFO_FIELDS:  # pragma: no cover
+    raise ImportError("ToolInfo's fields changed: update `tool_info`, which builds it by position")
+
+
 def tool_info(span: Span) -> ToolInfo:
     attrs = span.attributes
+    get = attrs.get
     name = attr_str(attrs, "gen_ai.tool.name") or span_name_suffix(span.name, "execute_tool")
-    args = attrs.get("gen_ai.tool.call.arguments")
-    result = attrs.get("gen_ai.tool.call.result")
-    return ToolInfo(
-        name=name,
-        call_id=clean_id(attrs.get("gen_ai.tool.call.id")),
-        arguments=loads_lenient(args) if captured(args) else None,
-        arguments_captured=captured(args),
-        output=loads_lenient(result) if captured(result) else None,
-        output_captured=captured(result),
-        handoff_target=attr_str(attrs, "gen_ai.transfer.target.name"),
+    args = get("gen_ai.tool.call.arguments")
+    result = get("gen_ai.tool.call.result")
+    args_captured = captured(args)
+    result_captured = captured(result)
+    return ToolInfo(  # by position (ToolInfo's field order): once per tool span
+        name,
+        clean_id(get("gen_ai.tool.call.id")),
+        loads_lenient(args) if args_captured else None,
+        args_captured,
+        loads_lenient(result) if result_captured else None,
+        result_captured,
+        attr_str(attrs, "gen_ai.transfer.target.name"),
     )
 
 
@@ -160,6 +173,9 @@ def exchange(span: Span, logs: Sequence[LogRecord] = (), want: Want = ALL) -> Ex
     attrs = span.attributes
     ex = Exchange()
     missing = False
+    # The input's raw messages when the task was read from them: the system prompt is then
+    # read from the same list, not from a second parse of the JSON.
+    items: list[Any] | None = None
     if INPUT in want or TASK in want:
         raw = attrs.get("gen_ai.input.messages")
         if raw is None:
@@ -167,7 +183,8 @@ def exchange(span: Span, logs: Sequence[LogRecord] = (), want: Want = ALL) -> Ex
         elif INPUT in want:
             ex.input = parse_messages(raw)
         else:
-            ex.task = task_in(raw)
+            items = message_items(raw)
+            ex.task = task_in_items(items)
     if OUTPUT in want or ANSWER in want:
         raw = attrs.get("gen_ai.output.messages")
         if raw is None:
@@ -179,7 +196,8 @@ def exchange(span: Span, logs: Sequence[LogRecord] = (), want: Want = ALL) -> Ex
     if SYSTEM in want:
         ex.system = parse_system(attrs.get("gen_ai.system_instructions"))
         if ex.system is None and ex.input is None and "gen_ai.input.messages" in attrs:
-            ex.system = system_in(attrs["gen_ai.input.messages"])
+            ex.system = (system_in(attrs["gen_ai.input.messages"]) if items is None
+                         else system_in_items(items))
         missing = missing or ex.system is None
     if TOOLS in want:
         raw = attrs.get("gen_ai.tool.definitions")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from attest_otel.adapt import guard
@@ -446,16 +446,35 @@ def error_fields(call: Call) -> None:
             call.error_text = call.error_text or _status_text(node.span)
 
 
+# `Call` and `ToolCall` are built by position once per tool call (`runs._span_call`,
+# `to_tool_call`): keywords cost about as much as the rest of building them. A reordered
+# field must fail here, at import, and not shuffle values silently.
+_CALL_FIELDS = (
+    "name", "call_id", "arguments", "args_captured", "output", "output_captured", "start",
+    "end", "span_id", "seq", "node", "is_error", "error_text", "handoff_target", "claimed",
+)
+_TOOL_CALL_FIELDS = (
+    "name", "arguments", "output", "is_error", "output_captured", "error_text", "span_id",
+    "call_id",
+)
+if (
+    tuple(f.name for f in fields(Call)) != _CALL_FIELDS
+    or tuple(f.name for f in fields(ToolCall)) != _TOOL_CALL_FIELDS
+):  # pragma: no cover - a guard for whoever reorders them
+    raise ImportError("Call/ToolCall fields changed: update the calls that build them by position")
+
+
 def to_tool_call(call: Call) -> ToolCall:
-    return ToolCall(
-        name=call.name or (call.node.span.name if call.node is not None else "unknown"),
-        arguments=json_safe(call.arguments) if call.args_captured else None,
-        output=json_safe(call.output) if call.output_captured else None,
-        is_error=call.is_error,
-        output_captured=call.output_captured,
-        error_text=call.error_text,
-        span_id=call.span_id,
-        call_id=call.call_id,
+    node = call.node
+    return ToolCall(  # by position: see _TOOL_CALL_FIELDS
+        call.name or (node.span.name if node is not None else "unknown"),
+        json_safe(call.arguments) if call.args_captured else None,
+        json_safe(call.output) if call.output_captured else None,
+        call.is_error,
+        call.output_captured,
+        call.error_text,
+        call.span_id,
+        call.call_id,
     )
 
 

@@ -83,7 +83,12 @@ def parse_messages(value: Any) -> list[Message] | None:
 def task_in(value: Any, start: int | None = None) -> str | None:
     """The task in a message list without reading all of it: the last user text, or with
     `start` (where this run's messages begin) the first user text from there."""
-    items = message_items(value)
+    return task_in_items(message_items(value), start)
+
+
+def task_in_items(items: list[Any] | None, start: int | None = None) -> str | None:
+    """`task_in` of what `message_items` returned (a caller that reads the same list for
+    its system prompt too parses its JSON once)."""
     if not items:
         return None
     order = items[start:] if start is not None else reversed(items)
@@ -96,7 +101,11 @@ def task_in(value: Any, start: int | None = None) -> str | None:
 
 def system_in(value: Any) -> str | None:
     """System messages at the head of a message list (where providers put them)."""
-    items = message_items(value)
+    return system_in_items(message_items(value))
+
+
+def system_in_items(items: list[Any] | None) -> str | None:
+    """`system_in` of what `message_items` returned."""
     texts: list[str] = []
     for item in items or ():
         msg = parse_message(item)

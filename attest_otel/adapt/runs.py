@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from attest_otel.adapt import guard
@@ -137,6 +137,9 @@ class _Settings:
 
 _RUN_MAKERS = (Role.AGENT, Role.TOOL, Role.HANDOFF)
 
+if tuple(f.name for f in fields(Step))[:1] != ("tool_call",):  # pragma: no cover - a guard
+    raise ImportError("Step's first field is no longer tool_call: `_assemble` builds it so")
+
 ANSWER_TOOLS = frozenset(("final_answer",))
 """Tools a framework gives the model to deliver its answer (smolagents' `final_answer`): the
 call is the answer, not a use of a tool, and no policy may call it disallowed."""
@@ -221,13 +224,14 @@ class _Trace:
         dialects: list[str] = []
         duplicates = unreadable = 0
         declared = self.settings.dialects
-        hydrate = self.settings.hydrate
+        hydrate = self.settings.hydrate if declared else None
+        makes_runs = False
         for span in self.spans:
             if span.span_id in nodes:
                 duplicates += 1  # the same span exported twice
                 continue
             try:
-                if declared and hydrate is not None:
+                if hydrate is not None:
                     hydrate(span)
                 found = detect(span, declared)
             except Exception:  # a value of a type no convention uses
@@ -235,12 +239,18 @@ class _Trace:
                 found = None
                 unreadable += 1
             nodes[span.span_id] = Node(span, found)
-        generic = not any(n.role in _RUN_MAKERS for n in nodes.values())
+            if found is not None:
+                # What the passes over the nodes below asked, read as each node is made.
+                makes_runs = makes_runs or found[1] in _RUN_MAKERS
+                if found[0].name not in dialects:
+                    dialects.append(found[0].name)
+        generic = not makes_runs
         if generic:
             unreadable += self._read_generic(nodes)
-        for node in nodes.values():
-            if node.dialect is not None and node.dialect.name not in dialects:
-                dialects.append(node.dialect.name)
+            dialects = []  # in span order again: the generic reader claimed spans in between
+            for node in nodes.values():
+                if node.dialect is not None and node.dialect.name not in dialects:
+                    dialects.append(node.dialect.name)
         if not dialects:
             empty = TraceRuns(self.trace_id, [], [])
             if self.settings.explain:
@@ -348,7 +358,7 @@ class _Trace:
         self._describe(run, anchor, groups)
         if answer_call is not None and run.final_answer is None:
             run.final_answer = answer_text(answer_call)
-        run.steps = [Step(tool_call=to_tool_call(c)) for c in calls]
+        run.steps = [Step(to_tool_call(c)) for c in calls]  # by position: see the guard above
         run.content_captured = _any_content(run)
         self._apply_policy(run, anchor)
         return run
@@ -361,22 +371,24 @@ class _Trace:
         except Exception:
             log.warning("could not read tool span %s", span.span_id, exc_info=True)
             info = ToolInfo(name=span.name)
-        generic = node.dialect is GENERIC
+        handoff = node.role is Role.HANDOFF
+        # By position, in `Call`'s field order (checked at import by `matching`): keywords
+        # cost more than the rest of this function, once per tool span.
         return Call(
-            name=info.name if node.role is Role.HANDOFF or generic else info.name or span.name,
-            call_id=info.call_id,
-            arguments=info.arguments,
-            args_captured=info.arguments_captured,
-            output=info.output,
-            output_captured=info.output_captured,
-            start=span.start_ns,
-            end=span.end_ns,
-            span_id=span.span_id,
-            seq=seq,
-            node=node,
-            handoff_target=info.handoff_target if node.role is Role.HANDOFF else None,
-            is_error=info.is_error,
-            error_text=info.error_text,
+            info.name if handoff or node.dialect is GENERIC else info.name or span.name,
+            info.call_id,
+            info.arguments,
+            info.arguments_captured,
+            info.output,
+            info.output_captured,
+            span.start_ns,
+            span.end_ns,
+            span.span_id,
+            seq,
+            node,
+            info.is_error,
+            info.error_text,
+            info.handoff_target if handoff else None,
         )
 
     def _invocations(self, build: RunBuild) -> dict[int, RunBuild]:

@@ -219,6 +219,15 @@ class Nearest:
         self.memo: dict[int, Node | None] = {}
 
     def __call__(self, node: Node | None) -> Node | None:
+        if node is None:
+            return None
+        key = id(node)
+        # Most questions are about a node already answered (a run's spans share parents) or
+        # a marked one: answered before building the walk's path and loop guard.
+        if key in self.memo:
+            return self.memo[key]
+        if key in self.marked:
+            return node
         path: list[Node] = []
         found: Node | None = None
         seen: set[int] = set()

@@ -148,21 +148,26 @@ def annotation_bytes(
     As in `annotate_spans`, a run that touches a span replaces what an earlier run wrote on
     it, and a key written twice within one run keeps its first place with the last value.
     """
-    per_span: dict[str, tuple[dict[str, AttrValue], list[bytes]]] = {}
-    time_field = fixed64(0x09, now_ns)
+    per_span: dict[str, tuple[Mapping[str, AttrValue], list[bytes]]] = {}
+    head = fixed64(0x09, now_ns) + _EVENT_NAME
     for run, result in graded:
         touched: set[str] = set()
         for evaluation in evaluations(run, result, content):
             span_id = evaluation.span_id
             if span_id is None:
                 continue
+            event = length_delimited(0x5A, head + key_values(0x1A, evaluation.event_attributes))
             if span_id not in touched:
+                # Most spans get one evaluation: its attributes are used as they are, and
+                # copied only when a second evaluation of the run writes on the same span.
                 touched.add(span_id)
-                per_span[span_id] = ({}, [])
+                per_span[span_id] = (evaluation.span_attributes, [event])
+                continue
             attributes, events = per_span[span_id]
-            attributes.update(evaluation.span_attributes)
-            events.append(length_delimited(
-                0x5A, time_field + _EVENT_NAME + key_values(0x1A, evaluation.event_attributes)))
+            merged = dict(attributes)
+            merged.update(evaluation.span_attributes)
+            per_span[span_id] = (merged, events)
+            events.append(event)
     return {
         span_id: key_values(0x4A, attributes) + b"".join(events)
         for span_id, (attributes, events) in per_span.items()

@@ -52,26 +52,30 @@ def log_records(
     """One `gen_ai.evaluation.result` record per evaluation (as `emit_log_events`), each
     encoded as a `log_records` field (2) of a ScopeLogs."""
     times = fixed64(0x09, now_ns)
-    observed = fixed64(0x59, now_ns)
+    tail = fixed64(0x59, now_ns) + _EVENT[1]  # observed time, then the event_name field
     trace_id = _raw_id(run.trace_id, 16)
+    traced = _SAMPLED + length_delimited(0x4A, trace_id) if trace_id is not None else None
+    contexts: dict[str | None, bytes] = {}  # span id -> its trace context: one per span
     out: list[bytes] = []
     for evaluation in evaluations(run, result, content):
-        span_id = _raw_id(evaluation.span_id or run.span_id, 8)
-        context = (
-            _SAMPLED + length_delimited(0x4A, trace_id) + length_delimited(0x52, span_id)
-            if trace_id is not None and span_id is not None
-            else b""
-        )
-        body = (
-            times
-            + _SEVERITY.get(evaluation.severity, _SEVERITY["fail"])
-            + b"\x2a\x00"  # an empty body, as the SDK's encoder writes one
-            + key_values(0x32, evaluation.event_attributes)
-            + _EVENT[0]
-            + context
-            + observed
-            + _EVENT[1]
-        )
+        span_hex = evaluation.span_id or run.span_id
+        context = contexts.get(span_hex)
+        if context is None:
+            span_id = _raw_id(span_hex, 8)
+            context = contexts[span_hex] = (
+                traced + length_delimited(0x52, span_id)
+                if traced is not None and span_id is not None
+                else b""
+            )
+        body = b"".join((
+            times,
+            _SEVERITY.get(evaluation.severity, _SEVERITY["fail"]),
+            b"\x2a\x00",  # an empty body, as the SDK's encoder writes one
+            key_values(0x32, evaluation.event_attributes),
+            _EVENT[0],
+            context,
+            tail,
+        ))
         out.append(length_delimited(0x12, body))
     return out
 

@@ -19,13 +19,17 @@ from attest_otel.model import CheckResult, Finding, Run
 AttrValue = str | bool | int | float
 Attributes = dict[str, AttrValue]
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Evaluation:
     """One `gen_ai.evaluation.result`: about one tool call, or about the whole run.
 
     `span_id` is the hex id of the span it is about (the tool span, or the run's agent
     span); None when the run did not come from spans. `severity` is attest's pass, warn or
     fail, which log records turn into a severity number.
+
+    Not frozen, though nothing changes one after `evaluations` made it: a frozen dataclass
+    sets each field through `object.__setattr__`, four times the cost of building it, for
+    every graded call, twice (the annotation and the log record).
     """
 
     about: Literal["call", "run"]
@@ -71,8 +75,21 @@ def finding_span_id(run: Run, finding: Finding) -> str | None:
     return None
 
 
+_SCALARS = (bool, int, float, str)
+"""What an attribute may hold (`AttrValue`); a tuple, not the union: `isinstance` on a tuple
+is the cheaper test, and it runs for every optional attribute of every graded call."""
+
+_CALL_METADATA = (
+    (semconv.ATTEST_RECOVERY, "recovery"),
+    (semconv.ATTEST_RECOVERED_AT, "recovered_at"),
+    (semconv.ATTEST_ALLOWED, "allowed"),
+    (semconv.ATTEST_APPROPRIATE, "appropriate"),
+)
+"""The optional call attributes, in the order they are written, and their metadata keys."""
+
+
 def _put(out: Attributes, key: str, value: Any) -> None:
-    if isinstance(value, bool | int | float | str):
+    if isinstance(value, _SCALARS):
         out[key] = value
 
 
@@ -84,17 +101,21 @@ def call_attributes(finding: Finding) -> Attributes:
         semconv.ATTEST_SEVERITY: finding.severity,
         semconv.ATTEST_STEP: finding.step,
     }
-    _put(out, semconv.ATTEST_RECOVERY, meta.get("recovery"))
-    _put(out, semconv.ATTEST_RECOVERED_AT, meta.get("recovered_at"))
-    _put(out, semconv.ATTEST_ALLOWED, meta.get("allowed"))
-    _put(out, semconv.ATTEST_APPROPRIATE, meta.get("appropriate"))
+    get = meta.get
+    for key, name in _CALL_METADATA:
+        value = get(name)
+        if isinstance(value, _SCALARS):
+            out[key] = value
     return out
 
 
-def call_event_attributes(finding: Finding, content: ContentPolicy = KEEP) -> Attributes:
+def call_event_attributes(
+    finding: Finding, content: ContentPolicy = KEEP, call: Attributes | None = None
+) -> Attributes:
     """The `gen_ai.evaluation.result` attributes of one call (plus the tool's name, so an
     event read away from its span, on the grade span or in a log backend, still says
-    which tool it judged)."""
+    which tool it judged). `call` is `call_attributes(finding)` when the caller has it
+    already (`evaluations` writes the same dict on the span)."""
     out: Attributes = {
         semconv.GEN_AI_EVALUATION_NAME: semconv.EVALUATION_NAME_TOOL_USE,
         semconv.GEN_AI_EVALUATION_SCORE_VALUE: score_value(finding.verdict),
@@ -102,7 +123,7 @@ def call_event_attributes(finding: Finding, content: ContentPolicy = KEEP) -> At
     }
     _put(out, semconv.GEN_AI_EVALUATION_EXPLANATION, content.text(finding.reason))
     out[semconv.GEN_AI_TOOL_NAME] = finding.subject
-    out.update(call_attributes(finding))
+    out.update(call_attributes(finding) if call is None else call)
     return out
 
 
@@ -139,16 +160,13 @@ def evaluations(
     `content` decides what of the run's content (explanations quote tool outputs and
     answers) the event attributes carry; every output passes its own, never a global.
     """
-    out = [
-        Evaluation(
-            about="call",
-            span_id=finding_span_id(run, f),
-            severity=f.severity,
-            span_attributes=call_attributes(f),
-            event_attributes=call_event_attributes(f, content),
-        )
-        for f in result.findings
-    ]
+    out: list[Evaluation] = []
+    for f in result.findings:
+        # Built once and shared: the span's attributes and the event's are never changed
+        # after this (their readers copy them), and building them was half of this loop.
+        call = call_attributes(f)
+        out.append(Evaluation("call", finding_span_id(run, f), f.severity, call,
+                              call_event_attributes(f, content, call)))
     out.append(
         Evaluation(
             about="run",

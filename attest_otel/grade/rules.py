@@ -11,7 +11,7 @@ absent output, `review`, no content), docs/rules.md says what this module does a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from attest_otel.grade.questions import (
     AnswerQuestion,
@@ -37,6 +37,10 @@ EVIDENCE_CHARS = 160
 _ERROR_PREFIXES = ("error", "exception", "traceback")
 _ERROR_MARKERS = ("error:", "exception:")
 
+_FINDING_FIELDS = ("severity", "verdict", "subject", "reason", "evidence", "step", "metadata")
+if tuple(f.name for f in fields(Finding)) != _FINDING_FIELDS:  # pragma: no cover - a guard
+    raise ImportError("Finding's fields changed: update `finding_for`, which builds it by position")
+
 # The six verdicts in the order they are checked, with their severities.
 VERDICT_SEVERITY: dict[FindingVerdict, Severity] = {
     "disallowed_tool": "fail",
@@ -55,7 +59,13 @@ def is_error(call: ToolCall) -> bool:
     if not call.output_captured:
         return False
     text = output_text(call.output).strip().lower()
-    return not text or text.startswith(_ERROR_PREFIXES) or any(m in text for m in _ERROR_MARKERS)
+    if not text or text.startswith(_ERROR_PREFIXES):
+        return True
+    # A loop, not `any(...)`: no generator per graded call.
+    for marker in _ERROR_MARKERS:  # noqa: SIM110
+        if marker in text:
+            return True
+    return False
 
 
 def is_allowed(tool: str, allowed_tools: Sequence[str] | None) -> bool:
@@ -70,9 +80,13 @@ def error_output(call: ToolCall) -> str:
     return call.error_text or text
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallFacts:
-    """What the rules alone know about one call."""
+    """What the rules alone know about one call.
+
+    Not frozen, though nothing changes facts once `assess` made them: a frozen dataclass
+    sets each field through `object.__setattr__`, which cost more than the rest of `assess`
+    per call."""
 
     step: int
     call: ToolCall
@@ -127,6 +141,7 @@ def _recoveries(
 
 def assess(run: Run) -> list[CallFacts]:
     calls = run.tool_calls
+    allowed = run.allowed_tools
     errored = [is_error(call) for _, call in calls]
     recoveries = _recoveries(calls, errored, run.tool_fallbacks)
     facts = []
@@ -136,16 +151,9 @@ def assess(run: Run) -> list[CallFacts]:
         found = recoveries.get(i)
         if found is not None:
             recovery, recovered_at, recovered_by = found
-        facts.append(
-            CallFacts(
-                step=step,
-                call=call,
-                allowed=is_allowed(call.name, run.allowed_tools),
-                errored=errored[i],
-                recovery=recovery,
-                recovered_at=recovered_at,
-                recovered_by=recovered_by,
-            )
+        facts.append(  # by position, in CallFacts' field order (7 keywords cost ~0.4 us)
+            CallFacts(step, call, is_allowed(call.name, allowed), errored[i], recovery,
+                      recovered_at, recovered_by)
         )
     return facts
 
@@ -266,39 +274,44 @@ def finding_for(
     if fact.call.span_id is not None:
         metadata["span_id"] = fact.call.span_id
         metadata["output_captured"] = fact.call.output_captured
-    return Finding(
-        severity=VERDICT_SEVERITY[verdict],
-        verdict=verdict,
-        subject=fact.call.name,
-        reason=reason,
-        evidence=evidence,
-        step=fact.step,
-        metadata=metadata,
-    )
+    # By position, in Finding's field order (checked at import): once per graded call.
+    return Finding(VERDICT_SEVERITY[verdict], verdict, fact.call.name, reason, evidence,
+                   fact.step, metadata)
 
 
-def summarize(findings: Sequence[Finding]) -> str:
-    """The call sequence and every problem with its step, in one paragraph."""
+def summarize(findings: Sequence[Finding], correct: int | None = None) -> str:
+    """The call sequence and every problem with its step, in one paragraph. `correct` is
+    how many findings are `correct`, when the caller has counted them."""
     if not findings:
         return "No tool calls. No problems."
-    correct = sum(f.verdict == "correct" for f in findings)
-    sequence = " -> ".join(f.subject for f in findings)
+    if correct is None:
+        correct = sum(f.verdict == "correct" for f in findings)
+    sequence = " -> ".join([f.subject for f in findings])
     problems = [f"step {f.step} {f.subject}: {f.verdict}" for f in findings if f.severity != "pass"]
     tail = "Problems: " + "; ".join(problems) + "." if problems else "No problems."
     return f"{correct}/{len(findings)} tool calls correct. Sequence: {sequence}. {tail}"
 
 
 def result_for(findings: list[Finding], *, model: str | None, model_calls: int) -> CheckResult:
-    failed = any(f.severity == "fail" for f in findings)
-    warned = any(f.severity == "warn" for f in findings)
+    # One pass for the three counts (three `any`/`sum` generators cost more than the rest).
+    failed = warned = False
+    correct = 0
+    for f in findings:
+        severity = f.severity
+        if severity == "fail":
+            failed = True
+        elif severity == "warn":
+            warned = True
+        if f.verdict == "correct":
+            correct += 1
     verdict: Verdict = "fail" if failed else "review" if warned else "pass"
-    score = sum(f.verdict == "correct" for f in findings) / len(findings) if findings else 1.0
+    score = correct / len(findings) if findings else 1.0
     return CheckResult(
         check=CHECK_NAME,
         passed=not failed,
         verdict=verdict,
         score=score,
-        summary=summarize(findings),
+        summary=summarize(findings, correct),
         findings=findings,
         metadata={"model": model, "model_calls": model_calls},
     )
