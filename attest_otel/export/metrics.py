@@ -165,6 +165,7 @@ class ToolUseMetrics:
         runs: dict[tuple[str, ...], _Series] = {}
         calls: dict[tuple[str, ...], _Series] = {}
         errors: dict[tuple[str, ...], _Series] = {}
+        tools: dict[str, str] = {}  # each name capped once a batch: the cap takes a lock
         for run, result in graded:
             agent = self._agent(run)
             agent_name = agent.get(semconv.GEN_AI_AGENT_NAME, "")
@@ -172,7 +173,10 @@ class ToolUseMetrics:
                                context=_span_context(run.trace_id, run.span_id))
             _tally(runs, (result.verdict, agent_name), run, None)
             for finding in result.findings:
-                tool = self.cap(semconv.GEN_AI_TOOL_NAME, finding.subject)
+                tool = tools.get(finding.subject)
+                if tool is None:
+                    tool = tools[finding.subject] = self.cap(semconv.GEN_AI_TOOL_NAME,
+                                                             finding.subject)
                 _tally(calls, (finding.verdict, finding.severity, tool, agent_name), run,
                        finding)
                 recovery = finding.metadata.get("recovery")

@@ -225,7 +225,7 @@ class PostgresStore:
                 " RETURNING 1",
                 (g.trace_id, g.span_id, g.agent, g.graded_ns, facts.passed, facts.verdict,
                  facts.score, facts.failed_calls, basis_spans,
-                 json.dumps(g.result, ensure_ascii=False)))
+                 g.result_json()))
             if cur.fetchone() is None:
                 continue
             if old is not None:  # what the replaced grade counted goes from the tallies

@@ -55,3 +55,19 @@ def test_the_writer_thread_writes_and_closes(tmp_path: Path) -> None:
 def test_reading_a_store_that_does_not_exist_is_a_source_error(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="no trace store"):
         TraceStore(tmp_path / "missing.db", readonly=True)
+
+
+def test_a_grade_comes_back_as_it_was_stored_even_with_what_orjson_refuses(
+    tmp_path: Path,
+) -> None:
+    plain = _grade("ab" * 16, "01" * 8)
+    plain.result["summary"] = "Ünïcode, kept as text"
+    huge = _grade("cd" * 16, "02" * 8)
+    huge.result["metadata"] = {"order": 2**70, 3: "an integer key"}
+    with TraceStore(tmp_path / "s.db") as store:
+        store.put_trace("ab" * 16, b"\x0a\x01x", 1, [plain], now_ns=NS)
+        store.put_trace("cd" * 16, b"\x0a\x01y", 1, [huge], now_ns=NS)
+        first, second = store.get_trace("ab" * 16), store.get_trace("cd" * 16)
+    assert first is not None and first.grades[0].result == plain.result
+    assert second is not None
+    assert second.grades[0].result["metadata"] == {"order": 2**70, "3": "an integer key"}
