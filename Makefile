@@ -58,6 +58,19 @@ bench: setup
 	$(BIN)/python bench/bench_stages.py
 	$(BIN)/python bench/bench_sidecar.py
 
+# agentevals (issue 12's peer) in a bench-only venv, never in .venv; once it exists,
+# bench_grade.py's agentevals line reports the comparison too.
+AGENTEVALS_VENV := bench/.venv-agentevals
+
+$(AGENTEVALS_VENV)/.synced: bench/agentevals-requirements.txt | $(UV)
+	$(UV) venv --allow-existing --python $(PY) $(AGENTEVALS_VENV)
+	$(UV) pip install --python $(AGENTEVALS_VENV) -r bench/agentevals-requirements.txt
+	touch $@
+
+.PHONY: bench-agentevals
+bench-agentevals: setup $(AGENTEVALS_VENV)/.synced
+	$(BIN)/python bench/bench_agentevals.py
+
 fixtures:
 	tests/fixtures/gen/run.sh
 	tests/fixtures/gen/vercel/run.sh

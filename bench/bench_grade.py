@@ -29,6 +29,8 @@ Rows:
   on the JSON bytes and on the protobuf bytes.
 - adapt+grade: `runs_from_spans` + `grade` on spans decoded beforehand.
 - decode only: `decode_bytes` alone, to show where the full path's time goes.
+- parse only: `json.loads` of every line (issue 12's yardstick), upb's parse, and, last, orjson
+  (what `decode_bytes` parses OTLP/JSON with), for reference.
 
 Run: `.venv/bin/python bench/bench_grade.py` (`--help`: `--quick`, `--rounds`, `--profile`).
 Not a test; `make bench` runs it.
@@ -53,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from google.protobuf import json_format
 from google.protobuf.internal import api_implementation
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -294,6 +297,13 @@ def parse_json(bodies: list[bytes]) -> int:
                if line.strip())
 
 
+def parse_orjson(bodies: list[bytes]) -> int:
+    """orjson's parse of every line: what `decode_bytes` reads OTLP/JSON with (`otlp_json.loads`)
+    since issue 12. For reference only: the goal stays measured against `json.loads`."""
+    return sum(len(orjson.loads(line)) for body in bodies for line in body.splitlines()
+               if line.strip())
+
+
 def parse_proto(bodies: list[bytes]) -> int:
     """upb's parse of every request, nothing read from it."""
     found = len(ExportTraceServiceRequest.FromString(bodies[0]).resource_spans)
@@ -484,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         Row("mixed baseline: peer on its JSON mapping", baseline, mixed_pjson, mixed_spans, None),
         Row("(m) mixed full path, protobuf", full_path, mixed, mixed_spans, "mixed baseline"),
         Row("    mixed decode only, protobuf", decode_only, mixed, mixed_spans, "mixed baseline"),
+        Row("    parse only, orjson (decode's parser)", parse_orjson, as_json, spans, "baseline"),
     ]
     if args.profile:
         wanted = {"json": 1, "protobuf": 2, "adapt": 3, "mixed": 9}[args.profile]
@@ -524,7 +535,9 @@ def main(argv: list[str] | None = None) -> int:
         share = medians[full.name] / medians[parse.name]
         print(f"grade --file on the fixtures, {what}: {share:.0%} of the parse-only rate "
               "(goal >= 50 %)")
-    print("agentevals (0.11): not compared (not installed in a bench-only venv here)")
+    from bench_agentevals import summary_line  # bench/.venv-agentevals, if made
+
+    print(summary_line(args.rounds, args.min_seconds))
     print()
     print(
         "'vs base': against the baseline row of the same workload, this run; 'x peer': "
