@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 
 class GradingCapacity:
     """How many spans may wait for grading: what grading clears in `horizon_s` plus the
-    arrival window, at its measured rate, never less than `floor_spans` (a few large
-    requests, so a cold start is not refused).
+    arrival window, at its measured rate, never less than `floor_spans` (two large requests);
+    `cold_spans` until a rate is measured, so a cold start is not throttled to the floor.
 
     The rate is spans graded per second of busy grading (some batch submitted and not done),
     so idle gaps between bursts do not make the sidecar look slower than it is.
@@ -57,11 +57,13 @@ class GradingCapacity:
     is still going, held for longer, are not counted: they are not load yet.
     """
 
-    def __init__(self, horizon_s: float, *, arriving_s: float = 0.0, floor_spans: int = 2048,
-                 window_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, horizon_s: float, *, arriving_s: float = 0.0, floor_spans: int = 1024,
+                 cold_spans: int = 16384, window_s: float = 0.25,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.horizon_s = horizon_s
         self.arriving_s = arriving_s
         self.floor_spans = floor_spans
+        self.cold_spans = cold_spans
         self.window_s = window_s
         self.rate = 0.0
         """Spans graded per busy second (0 until `window_s` of busy grading was seen)."""
@@ -110,6 +112,8 @@ class GradingCapacity:
             return self._arriving
 
     def allowed(self) -> int:
+        if self.rate == 0:
+            return self.cold_spans
         return max(self.floor_spans, int(self.rate * (self.horizon_s + self.arriving_s)))
 
     def has_room(self, backlog: int) -> bool:

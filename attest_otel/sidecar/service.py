@@ -111,10 +111,9 @@ class Service:
             max_backlog_spans=config.grading.max_backlog_spans,
             unready_after_s=fwd.unready_after_s,
             declared=_declared_marks(policy),
-            # A tenth of a second of queued grading keeps the grading processes busy (the
-            # agent load grades as fast as with an unbounded queue) while a graded span waits
-            # little past the grace: bench_sidecar.py's delay rows.
-            capacity=GradingCapacity(0.1, arriving_s=config.buffer.grace_s),
+            # A quarter of a second of queued grading keeps the grading processes busy while
+            # a graded span waits little past the grace (bench_sidecar.py's delay rows).
+            capacity=GradingCapacity(0.25, arriving_s=config.buffer.grace_s),
         )
         self.gate: ModelGate | None = None
         self.telemetry: Any = None

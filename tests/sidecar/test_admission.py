@@ -44,14 +44,16 @@ def _path(clock: Clock, floor: int) -> tuple[RequestPath, SidecarStats, Forwarde
     path = RequestPath(
         buffer=buffer, forwarder=forwarder, stats=stats, wal=None, submit=lambda traces: None,
         retry_after_s=0.05, max_backlog_spans=10**6,
-        capacity=GradingCapacity(GRACE, arriving_s=GRACE, floor_spans=floor, clock=clock),
+        capacity=GradingCapacity(GRACE, arriving_s=GRACE, floor_spans=floor, cold_spans=floor,
+                                 clock=clock),
     )
     return path, stats, forwarder
 
 
 def test_the_capacity_counts_what_arrived_within_the_grace_and_what_grading_clears() -> None:
     clock = Clock()
-    capacity = GradingCapacity(0.5, arriving_s=0.5, floor_spans=1000, clock=clock)
+    capacity = GradingCapacity(0.5, arriving_s=0.5, floor_spans=100, cold_spans=1000,
+                               clock=clock)
     capacity.held(600)
     assert capacity.has_room(0) and capacity.arriving() == 600
     capacity.held(600)
@@ -60,7 +62,8 @@ def test_the_capacity_counts_what_arrived_within_the_grace_and_what_grading_clea
     assert capacity.arriving() == 0
     assert capacity.has_room(1000) and not capacity.has_room(1001)
     # Busy for 0.5 s (5,000 spans), idle for 10 s, busy for 0.5 s more (5,000 spans): the
-    # rate is per busy second, 10,000 spans/s, and grace + horizon (one second) may wait.
+    # rate is per busy second, 10,000 spans/s, and grace + horizon (one second) of it may
+    # wait; the idle gap does not lower it.
     capacity.submitted()
     clock.now += 0.5
     capacity.graded(5000, backlog=0)
@@ -99,3 +102,14 @@ def test_without_a_measured_capacity_the_backlog_bound_alone_refuses() -> None:
     assert path.accept(_request(10, genai=True, seed=1)).kind == "full"
     assert path.accept(_request(10, genai=False, seed=2)).kind == "ok"
     assert path.ready()[0] is False
+
+
+def test_a_slow_grader_is_still_given_two_large_requests() -> None:
+    clock = Clock()
+    capacity = GradingCapacity(0.25, arriving_s=0.2, floor_spans=1024, clock=clock)
+    assert capacity.allowed() == capacity.cold_spans  # nothing measured yet
+    capacity.submitted()
+    clock.now += 1.0
+    capacity.graded(50, backlog=10)  # 50 spans/s: 22 spans would be its 0.45 s
+    assert capacity.rate == 50
+    assert capacity.allowed() == 1024
