@@ -306,7 +306,25 @@ class SidecarRun:
             self.proc.kill()
 
 
-def run_sidecar(requests: list[bytes], tmp: Path) -> tuple[float, int, float]:
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def run_sidecar(requests: list[bytes], tmp: Path) -> tuple[float, int, float, float, float]:
+    """(spans/s, refusals retried, RSS MiB, CPU us per span of the receiving process, and
+    of the grading processes together) over the measured requests."""
     sink_port = free_port()
     sink = _spawn([str(Path(__file__)), "--serve", "sink", str(sink_port)])
     _wait_ready(sink)
@@ -318,15 +336,20 @@ def run_sidecar(requests: list[bytes], tmp: Path) -> tuple[float, int, float]:
         send_all(sidecar.endpoint, warm)
         sidecar.wait_forwarded(_spans(warm))
         total = _spans(warm) + _spans(measured)
+        workers = _children(sidecar.proc.pid)
+        cpu_before = [_cpu_s(p) for p in [sidecar.proc.pid, *workers]]
         start = time.perf_counter()
         _, retries = send_all(sidecar.endpoint, measured)
         sidecar.wait_forwarded(total)
         elapsed = time.perf_counter() - start
+        cpu = [_cpu_s(p) - b for p, b in zip([sidecar.proc.pid, *workers], cpu_before,
+                                              strict=True)]
         rss = sidecar.rss_mib()
     finally:
         sidecar.stop()
         _stop(sink)
-    return _spans(measured) / elapsed, retries, rss
+    spans = _spans(measured)
+    return spans / elapsed, retries, rss, 1e6 * cpu[0] / spans, 1e6 * sum(cpu[1:]) / spans
 
 
 # --- latency ------------------------------------------------------------------------------------
@@ -603,6 +626,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         rows: list[tuple[str, float, float, int, float]] = []
+        cpu_rows: list[tuple[str, float, float]] = []
         if args.latency_only:
             rows = [("", 0.0, 0.0, 0, 0.0)] * 2 + [("", 5 * args.latency_only,
                                                    2 * args.latency_only, 0, 0.0)]
@@ -615,11 +639,15 @@ def main() -> None:
                 ("mixed, 10% of requests GenAI", by_request, 0.80)):
             base = run_baseline(reqs)
             proxy = run_proxy(reqs)
-            side, retries, rss = run_sidecar(reqs, tmp / name[:5].strip())
+            side, retries, rss, receiving, grading = run_sidecar(reqs, tmp / name[:5].strip())
             rows.append((name, base, side, retries, rss))
             print(f"{name:36s} {base:10,.0f} {proxy:10,.0f} {side:8,.0f} {side / proxy:7.1%}  "
                   f"(goal {goal:.0%}; retries {retries}, sidecar RSS {rss:.0f} MiB)",
                   flush=True)
+            cpu_rows.append((name, receiving, grading))
+        for name, receiving, grading in cpu_rows:  # the per-core figures of the sizing notes
+            print(f"CPU per span, {name}: receiving process {receiving:.1f} us, grading "
+                  f"process {grading:.1f} us", flush=True)
         # Plain-span latency at a load the sidecar sustains (half its measured mixed rate,
         # at most a fifth of the baseline's): queueing under overload is not added latency.
         rate = min(rows[2][1] / 5, rows[2][2] / 2)
