@@ -51,6 +51,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -356,17 +357,19 @@ def run_sidecar(requests: list[bytes], tmp: Path) -> tuple[float, int, float, fl
 
 
 class InProcessSink:
-    """Records when each small request arrives (by the hash of its bytes)."""
+    """A downstream in this process that records when each key of what arrives first came:
+    by default the hash of each small request (the latency probes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: Callable[[bytes], Iterable[bytes]] | None = None) -> None:
         self.arrived: dict[bytes, float] = {}
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                                   options=[("grpc.max_receive_message_length", 64 << 20)])
+        keys_of = keys or _probe_key
 
         def export(request: bytes, context: Any) -> bytes:
-            if len(request) < 65536:
-                self.arrived[hashlib.blake2b(request, digest_size=8).digest()] = (
-                    time.perf_counter())
+            now = time.perf_counter()
+            for key in keys_of(request):
+                self.arrived.setdefault(key, now)
             return b""
 
         def nothing(request: bytes, context: Any) -> bytes:
@@ -381,6 +384,21 @@ class InProcessSink:
         ])
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()
+
+
+def _probe_key(request: bytes) -> list[bytes]:
+    return [hashlib.blake2b(request, digest_size=8).digest()] if len(request) < 65536 else []
+
+
+def _arrived_trace_ids(request: bytes) -> set[bytes]:
+    """Trace ids of a request, by a real parse (in this process)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    req = ExportTraceServiceRequest.FromString(request)
+    return {span.trace_id for rs in req.resource_spans for ss in rs.scope_spans
+            for span in ss.spans}
 
 
 def _probe_requests(count: int) -> list[bytes]:
@@ -474,54 +492,13 @@ def _probe_latency(endpoint: str, load: list[bytes], rate_spans: float, probes: 
 # --- how long graded spans wait -----------------------------------------------------------------
 
 
-class TraceSink:
-    """Records when the first span of each trace arrives (a real parse, in this process)."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
-
-        self.arrived: dict[bytes, float] = {}
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
-                                  options=[("grpc.max_receive_message_length", 64 << 20)])
-
-        def export(request: bytes, context: Any) -> bytes:
-            now = time.perf_counter()
-            req = ExportTraceServiceRequest.FromString(request)
-            for rs in req.resource_spans:
-                for ss in rs.scope_spans:
-                    for span in ss.spans:
-                        self.arrived.setdefault(span.trace_id, now)
-            return b""
-
-        def nothing(request: bytes, context: Any) -> bytes:
-            return b""
-
-        self.server.add_generic_rpc_handlers([
-            grpc.method_handlers_generic_handler(service, {
-                "Export": grpc.unary_unary_rpc_method_handler(
-                    export if "Trace" in service else nothing,
-                    request_deserializer=None, response_serializer=None)})
-            for service in SERVICES
-        ])
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.server.start()
-
-
-def _trace_ids(data: bytes) -> set[bytes]:
-    from attest_otel.sidecar.wire import split_request
-
-    return {tid for g in split_request(data) for tid, _, _ in g.spans}
-
-
 def run_agent_delay(requests: list[bytes], rate_spans: float, tmp: Path,
                     seconds: float) -> tuple[float, float, int, int]:
     """Agent requests offered at `rate_spans` for `seconds`, each retried after a refusal as
     the Collector's exporter does; for every trace, the time from the answer that accepted
     its request to its first span reaching the downstream. (p50 ms, p99 ms, refusals,
     traces)."""
-    sink = TraceSink()
+    sink = InProcessSink(_arrived_trace_ids)
     sidecar = SidecarRun(tmp, f"127.0.0.1:{sink.port}")
     channel = grpc.insecure_channel(sidecar.endpoint,
                                     options=[("grpc.max_send_message_length", -1)])
@@ -529,7 +506,7 @@ def run_agent_delay(requests: list[bytes], rate_spans: float, tmp: Path,
     accepted: dict[bytes, float] = {}
     refusals = [0]
     lock = threading.Lock()
-    ids = [_trace_ids(r) for r in requests]
+    ids = [_arrived_trace_ids(r) for r in requests]
 
     def send(i: int) -> None:
         while True:
