@@ -72,6 +72,8 @@ SERVICES = (
     "opentelemetry.proto.collector.metrics.v1.MetricsService",
 )
 IN_FLIGHT = 4
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+"""The answers a sender retries after a delay (OTLP's retryable codes that a sidecar sends)."""
 GRACE_S = 0.2
 BENCH_CONFIG = (
     f"buffer: {{grace_s: {GRACE_S}, idle_timeout_s: 2}}\n"
@@ -186,8 +188,7 @@ def send_all(endpoint: str, requests: list[bytes]) -> tuple[float, int]:
                     call(body, timeout=60)
                     break
                 except grpc.RpcError as e:
-                    if e.code() not in (grpc.StatusCode.UNAVAILABLE,
-                                        grpc.StatusCode.RESOURCE_EXHAUSTED):
+                    if e.code() not in RETRYABLE:
                         raise
                     with lock:
                         retries += 1
@@ -513,7 +514,9 @@ def run_agent_delay(requests: list[bytes], rate_spans: float, tmp: Path,
             try:
                 call(requests[i], timeout=60)
                 break
-            except grpc.RpcError:
+            except grpc.RpcError as e:
+                if e.code() not in RETRYABLE:
+                    raise
                 with lock:
                     refusals[0] += 1
                 time.sleep(0.05)
@@ -527,11 +530,14 @@ def run_agent_delay(requests: list[bytes], rate_spans: float, tmp: Path,
         count = min(len(requests), max(1, int(seconds / interval)))
         with futures.ThreadPoolExecutor(max_workers=IN_FLIGHT) as pool:
             start = time.perf_counter()
+            sent = []
             for i in range(count):
                 delay = start + i * interval - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-                pool.submit(send, i)
+                sent.append(pool.submit(send, i))
+        for one in sent:
+            one.result()  # an answer no sender retries ends the benchmark here
         deadline = time.monotonic() + 60
         while len([t for t in accepted if t in sink.arrived]) < len(accepted):
             if time.monotonic() > deadline:
