@@ -23,6 +23,14 @@ from attest_otel.sidecar.config import PROTOCOLS, default
 
 __all__ = ["LogfmtFormatter", "serve", "setup_logging"]
 
+SWITCH_INTERVAL_S = 0.001
+"""How long a thread of `serve` keeps the interpreter before another may take it (Python's
+default is 5 ms). The receivers' threads answer small requests between the long runs of
+Python that cutting an agent request or finishing a graded batch takes. At 1 ms, a plain
+request's send -> answer p99 under 45 K spans/s of mixed load was 8.0-8.6 ms against
+10.5-12.9 (three runs of 300 probes each, `bench/bench_sidecar.py`'s load and probes), at no
+cost in agent throughput; the whole send -> downstream p99 stays noisy at that load."""
+
 _STANDARD_RECORD_KEYS = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
 )
@@ -177,6 +185,7 @@ def serve(
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         service.start()
         while not stop.wait(0.5):
             pass
