@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from attest_otel.export.otlp_bytes import varint as encode_varint
 from attest_otel.ingest.candidate import (
     GENAI_KEY_PREFIXES,
     GENAI_NAME_PREFIXES,
@@ -115,15 +116,6 @@ class DeclaredMarks:
 def is_genai_name(name: bytes) -> bool:
     """`candidate.is_genai_name` on the UTF-8 bytes (prefix tests agree byte for byte)."""
     return name.startswith(NAME_PREFIXES) or name.endswith(NAME_SUFFIXES)
-
-
-def encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def field_bytes(tag: int, payload: bytes | bytearray | memoryview) -> bytes:
