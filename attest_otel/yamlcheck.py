@@ -252,6 +252,8 @@ class Key:
     scale: float = 1.0
     minimum: float | None = None
     """None: a number must be greater than 0, an int at least 1."""
+    maximum: float | None = None
+    """None: no upper bound."""
     exclusive: bool = True
     choices: tuple[str, ...] = ()
     optional: bool = False
@@ -469,10 +471,12 @@ class TreeReader:
     def read(self, path: str, spec: Key, f: dataclasses.Field[Any]) -> Any:
         kind = spec.kind
         if kind in ("number", "size"):
-            value = self.number(path, minimum=spec.minimum or 0.0, exclusive=spec.exclusive)
+            value = self.number(path, minimum=spec.minimum or 0.0, exclusive=spec.exclusive,
+                                maximum=spec.maximum)
             return int(value * spec.scale) if kind == "size" else value * spec.scale
         if kind == "int":
-            return self.integer(path, 1 if spec.minimum is None else int(spec.minimum))
+            return self.integer(path, 1 if spec.minimum is None else int(spec.minimum),
+                                maximum=spec.maximum)
         if kind == "flag":
             return self.flag(path)
         if kind == "text":
@@ -506,7 +510,7 @@ class TreeReader:
         raise AssertionError(f"unknown key kind {kind!r}")  # a bug in the dataclass
 
     def number(self, path: str, *, minimum: float = 0.0, exclusive: bool = True,
-               integer: bool = False) -> float:
+               integer: bool = False, maximum: float | None = None) -> float:
         value = self.get(path)
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.problem(path, f"expected a number, got {value!r}")
@@ -518,10 +522,14 @@ class TreeReader:
             relation = "greater than" if exclusive else "at least"
             self.problem(path, f"must be {relation} {minimum:g}, got {value!r}")
             return 1.0
+        if maximum is not None and value > maximum:
+            self.problem(path, f"must be at most {maximum:g}, got {value!r}")
+            return 1.0
         return float(value)
 
-    def integer(self, path: str, minimum: int = 1) -> int:
-        return int(self.number(path, minimum=minimum, exclusive=False, integer=True))
+    def integer(self, path: str, minimum: int = 1, maximum: float | None = None) -> int:
+        return int(self.number(path, minimum=minimum, exclusive=False, integer=True,
+                               maximum=maximum))
 
     def flag(self, path: str) -> bool:
         value = self.get(path)

@@ -45,7 +45,7 @@ from attest_otel.sidecar.buffer import HeldTrace
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate
 from attest_otel.sidecar.stats import SidecarStats
-from attest_otel.sidecar.wire import append_to_spans
+from attest_otel.sidecar.wire import append_to_spans, iter_resource_spans
 from attest_otel.store import StoredGrade, Writer
 
 log = logging.getLogger(__name__)
@@ -276,6 +276,27 @@ def grade_decoded(
     return serialized, graded
 
 
+def grade_again(prior: bytes, late: bytes, label: str, policy: Any,
+                grade_run: Callable[[Run], CheckResult], content: ContentPolicy,
+                ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
+    """A trace graded again (`regrade`) from the spans graded before and the late ones:
+    (the late spans annotated, as one request; every run found).
+
+    The trace is parsed whole, since a late span changes the runs it belongs to, and only
+    the late spans go out again: the others went out with their first grade.
+    """
+    request = ExportTraceServiceRequest.FromString(prior + late)
+    decoded = decode_request(request, source=label)
+    _, runs = grade_decoded(request, decoded, policy, grade_run, content)
+    # Both parts are concatenated ResourceSpans records: the late ones come last.
+    keep = sum(1 for _ in iter_resource_spans(late))
+    out = ExportTraceServiceRequest()
+    if keep:
+        out.resource_spans.extend(request.resource_spans[-keep:])
+    data: bytes = out.SerializeToString()
+    return data, runs
+
+
 def encode_logs(graded: list[tuple[Run, CheckResult]], now_ns: int,
                 content: ContentPolicy) -> list[bytes]:
     """The evaluation log records of every graded run (`export.log_records`)."""
@@ -290,18 +311,27 @@ _WORKER_CONTENT: ContentPolicy = KEEP
 """This process's state, set once by `init_worker`: a spawned process shares nothing."""
 
 
-def init_worker(policy_path: str | None, content: ContentPolicy) -> None:
+def init_worker(policy_path: str | None, content: ContentPolicy, nice: int = 0) -> None:
     """Runs once in each grading process (spawned: no inherited threads or sockets).
 
     A grading process sends nothing itself: it returns the annotated trace and the encoded
     evaluation log records, which the receiving process forwards (a concatenation, no
     encoding). Metrics stay in the main process, which serves `/metrics`.
+
+    `nice` (`grading.nice`) lowers this process's CPU priority: where grading and the
+    receivers want the same cores, the receivers run first, so a plain span is not delayed
+    by grading, and grading takes the CPU they leave (admission paces it by what it clears).
     """
     global _WORKER_POLICY, _WORKER_CONTENT
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _exit_with_parent()
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError as e:  # a sandbox that forbids it: grading at the same priority
+            log.warning("grading process: cannot lower its CPU priority (%s)", e)
     _WORKER_CONTENT = content
     if policy_path is not None:
 
@@ -356,6 +386,14 @@ def grade_in_worker(
                                       data=data, now_ns=now_ns)
     records = encode_logs(graded, now_ns, _WORKER_CONTENT) if logs else []
     return annotated, [(_slim(run), result) for run, result in graded], records
+
+
+def grade_again_in_worker(prior: bytes, late: bytes, label: str,
+                          ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
+    """`grade_again` in a grading process, the runs slimmed for the trip back."""
+    data, runs = grade_again(prior, late, label, _WORKER_POLICY,
+                             lambda run: grade(run, judge=None), _WORKER_CONTENT)
+    return data, [(_slim(run), result) for run, result in runs]
 
 
 def grade_batch_in_worker(

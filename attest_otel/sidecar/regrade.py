@@ -18,8 +18,11 @@ memory of recent traces) plus the late ones. Then
   they go, through the same queue, retries and durable log;
 - the new grades go into the store, replacing the old ones of the same runs.
 
-Regrading runs in this process (it is rare), and a run is graded afresh with the model
-gate deciding as for any run, so a model check may run again for it.
+The trace is graded again in a grading process when there is one (a multi-agent trace whose
+nested run was released first is regraded whole when the outer run's spans come: grading
+it here would hold the receivers' interpreter for the whole trace); with model checks on it
+is graded here, with the model gate deciding as for any run, so a model check may run again
+for it.
 """
 
 from __future__ import annotations
@@ -29,13 +32,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-)
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import (
     SimpleSpanProcessor,
@@ -47,13 +49,11 @@ from attest_otel import semconv
 from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.grade_span import emit_grade_span
 from attest_otel.export.telemetry import default_resource, package_version
-from attest_otel.ingest.decode import decode_request
 from attest_otel.model import CheckResult, Run
 from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
-from attest_otel.sidecar.grading import grade_decoded
+from attest_otel.sidecar.grading import grade_again, grade_again_in_worker
 from attest_otel.sidecar.stats import SidecarStats
-from attest_otel.sidecar.wire import iter_resource_spans
 from attest_otel.store import StoredGrade, Writer, part_digest
 from attest_otel.store.scrub import scrub_result
 
@@ -132,6 +132,8 @@ class Regrader:
         self.recent: RecentTraces | None = (
             RecentTraces() if store is None or content.mode == "drop" else None)
         self._spans = _GradeSpans(content)
+        self.pool: ProcessPoolExecutor | None = None
+        """The grading processes (`grading.grade_again_in_worker`); None: grade here."""
 
     def remember(self, trace_id: str, data: bytes, runs: list[tuple[Run, CheckResult]]) -> None:
         """Called for every graded trace: without a store, its spans are kept for a while."""
@@ -259,20 +261,28 @@ class Regrader:
         span id of every run found)."""
 
 
-        request = ExportTraceServiceRequest.FromString(prior.data + late)
-        decoded = decode_request(request, source=f"trace {trace_id}")
-        _, runs = grade_decoded(request, decoded, self.policy, self.grade_run, self.content)
-        # Both parts are concatenated ResourceSpans records: the late ones come last.
-        keep = sum(1 for _ in iter_resource_spans(late))
-        out = ExportTraceServiceRequest()
-        if keep:
-            out.resource_spans.extend(request.resource_spans[-keep:])
+        data, runs = self._grade_again(prior.data, late, f"trace {trace_id}")
         # The store keeps grades as the content policy lets it: compare like with like.
         changed = [(run, result) for run, result in runs
                    if prior.grades.get(run.span_id or "") not in (
                        result.to_dict(), scrub_result(result.to_dict(), self.content))]
-        data: bytes = out.SerializeToString()
         return data, changed, [run.span_id or "" for run, _ in runs]
+
+    def _grade_again(self, prior: bytes, late: bytes, label: str
+                     ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
+        pool = self.pool
+        if pool is not None:
+            try:
+                future = pool.submit(grade_again_in_worker, prior, late, label)
+            except RuntimeError:  # shut down meanwhile (the sidecar is stopping)
+                future = None
+            try:
+                if future is not None:
+                    return future.result()
+            except BrokenProcessPool:
+                log.error("the grading process died; grading late spans in this process")
+                self.pool = None
+        return grade_again(prior, late, label, self.policy, self.grade_run, self.content)
 
 
 def _within(run: Run, result: CheckResult, late: bytes) -> bool:

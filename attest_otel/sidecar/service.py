@@ -122,6 +122,7 @@ class Service:
         self.store: Store | None = None
         self.store_writer: Writer | None = None
         self.grader: TraceGrader | None = None
+        self.regrader: Regrader | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._processes: ProcessPoolExecutor | None = None
         self._pending: dict[Future[None], list[HeldTrace]] = {}
@@ -193,10 +194,11 @@ class Service:
             store=self.store_writer,
             content=config.content,
         )
-        regrader = Regrader(  # late spans: the trace graded again, in this process
+        regrader = Regrader(  # late spans: the trace graded again
             policy=self.policy, grade_run=self.grader.grade_run, forwarder=self.forwarder,
             stats=self.stats, store=self.store_writer, content=config.content)
         self.grader.regrade = regrader
+        self.regrader = regrader
         self.grader.remember = regrader.remember
         if (config.store.enabled and config.store.url is not None
                 and isinstance(self.store_writer, SharedStoreWriter)):  # another sidecar's spans
@@ -248,7 +250,7 @@ class Service:
             mp_context=multiprocessing.get_context("spawn"),
             initializer=init_worker,
             initargs=(str(policy) if policy is not None else None,
-                      self.config.content),
+                      self.config.content, self.config.grading.nice),
         )
         try:
             for warmed in [pool.submit(warm_worker) for _ in range(count)]:
@@ -259,6 +261,8 @@ class Service:
             return
         self._processes = pool
         self.grader.pool = pool
+        if self.regrader is not None:
+            self.regrader.pool = pool
         metrics = getattr(self.telemetry, "metrics", None)
         if metrics is not None:
             self.grader.emit_after_worker = metrics.record_many
@@ -510,6 +514,8 @@ class Service:
         if self._processes is not None:
             if self.grader is not None:
                 self.grader.pool = None
+            if self.regrader is not None:
+                self.regrader.pool = None
             self._processes.shutdown(wait=True, cancel_futures=True)
             self._processes = None
 

@@ -112,9 +112,15 @@ def written(spans: list[Any], want: Runs) -> Runs:
     return out
 
 
+PROCESSES = pytest.mark.parametrize("processes", [0, 1], ids=["in-process", "grading-process"])
+"""Late spans are graded again where the sidecar grades: in its own process, or in a grading
+process (`grading.processes`), whose slimmed runs must still say everything written."""
+
+
 @pytest.mark.timeout(120)
+@PROCESSES
 def test_multi_agent_traces_sent_in_parts_grade_as_from_a_file(
-    tmp_path: Path, downstream: Downstream, sidecar: Sidecar
+    tmp_path: Path, downstream: Downstream, sidecar: Sidecar, processes: int
 ) -> None:
     parts: dict[str, tuple[bytes, bytes, int]] = {}
     want: dict[str, Runs] = {}
@@ -129,7 +135,7 @@ def test_multi_agent_traces_sent_in_parts_grade_as_from_a_file(
         assert len(want[name]) == 2, name  # the outer run and the nested one
     assert sum(p[2] for p in parts.values()) == 17  # the spans that come later
 
-    sidecar.config = DEFAULT_TIMERS
+    sidecar.config = {**DEFAULT_TIMERS, "grading": {"processes": processes}}
     sidecar.start()
     channel = grpc.insecure_channel(sidecar.grpc_endpoint)
     export = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
@@ -164,8 +170,9 @@ def test_multi_agent_traces_sent_in_parts_grade_as_from_a_file(
 
 
 @pytest.mark.timeout(60)
+@PROCESSES
 def test_a_late_span_is_graded_with_its_run_and_the_new_grade_replaces_the_old(
-    tmp_path: Path, downstream: Downstream, sidecar: Sidecar
+    tmp_path: Path, downstream: Downstream, sidecar: Sidecar, processes: int
 ) -> None:
     """A tool call that failed reaches the sidecar after its run was graded clean: the run is
     graded again, the late span goes out annotated, the run's new grade as an `attest.grade`
@@ -177,6 +184,7 @@ def test_a_late_span_is_graded_with_its_run_and_the_new_grade_replaces_the_old(
     from attest_otel.store import TraceStore
     from tests.sidecar.helpers import agent_run, provider
 
+    sidecar.config = {"grading": {"processes": processes}}
     sidecar.start()
     tp = provider(OTLPSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True))
     tracer = tp.get_tracer("tests.sidecar")

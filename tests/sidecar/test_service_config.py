@@ -88,10 +88,11 @@ def test_every_problem_of_a_file_is_listed_at_once_with_its_line() -> None:
         "buffer.grace_s (line 8): must not exceed buffer.idle_timeout_s",
         "grading.model.enabled (line 11): expected true or false",
         "grading.model.sample_rate (line 11): must be at most 1",
-        "store.max_age_h (line 13): expected a number",
+        "grading.nice (line 12): must be at most 19",
+        "store.max_age_h (line 14): expected a number",
     ):
         assert needle in text, (needle, problems)
-    assert len(problems) == 10
+    assert len(problems) == 11
 
 
 def test_invalid_yaml_names_the_line() -> None:
