@@ -207,7 +207,7 @@ class GradingConfig:
     policy: Path | None = _key("policy", "path", None)
     workers: int = _key("workers", "int", 2)
     processes: int = _key("processes", "int", 1, minimum=0)
-    nice: int = _key("nice", "int", 19, minimum=0, maximum=19)
+    nice: int = _key("nice", "int", 0, minimum=0, maximum=19)
     """Added to the grading processes' niceness: where grading and the receivers want the
     same cores, the receivers run first. Plain spans wait less, graded spans wait longer at
     capacity (the measured trade is in collector-config/README.md's sizing notes)."""
