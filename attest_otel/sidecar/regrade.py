@@ -27,6 +27,7 @@ for it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -270,15 +271,15 @@ class Regrader:
 
     def _grade_again(self, prior: bytes, late: bytes, label: str
                      ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
+        """`grading.grade_again` in a grading process when there is one, else here."""
         pool = self.pool
+        future = None
         if pool is not None:
-            try:
+            with contextlib.suppress(RuntimeError):  # shut down meanwhile: the sidecar stops
                 future = pool.submit(grade_again_in_worker, prior, late, label)
-            except RuntimeError:  # shut down meanwhile (the sidecar is stopping)
-                future = None
+        if future is not None:
             try:
-                if future is not None:
-                    return future.result()
+                return future.result()
             except BrokenProcessPool:
                 log.error("the grading process died; grading late spans in this process")
                 self.pool = None
