@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -276,6 +277,17 @@ def _list(obj: JsonObject, camel: str, snake: str, where: str) -> list[Any]:
     return found
 
 
+def _objects(found: Any, name: str, where: str) -> Iterator[tuple[int, JsonObject]]:
+    """The entries of the list `found` (`name`, under `where`) with their index; one list
+    check and one object check per entry, for the span and the log walkers alike."""
+    if type(found) is not list:
+        raise MalformedOTLP(f"{name} must be a list, got {_shown(found)}", where)
+    for j, entry in enumerate(found):
+        if type(entry) is not dict:
+            raise MalformedOTLP(f"expected an object, got {_shown(entry)}", f"{where}.{name}[{j}]")
+        yield j, entry
+
+
 def _object(obj: Any, where: str) -> JsonObject:
     if type(obj) is not dict:
         raise MalformedOTLP(f"expected an object, got {_shown(obj)}", where)
@@ -357,15 +369,7 @@ def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, i
                 "instrumentation_library_spans",
                 f"resourceSpans[{i}]",
             )
-        elif type(scope_spans) is not list:
-            raise MalformedOTLP(
-                f"scopeSpans must be a list, got {_shown(scope_spans)}", f"resourceSpans[{i}]"
-            )
-        for j, ss in enumerate(scope_spans):
-            if type(ss) is not dict:
-                raise MalformedOTLP(
-                    f"expected an object, got {_shown(ss)}", f"resourceSpans[{i}].scopeSpans[{j}]"
-                )
+        for j, ss in _objects(scope_spans, "scopeSpans", f"resourceSpans[{i}]"):
             scope = (
                 ss.get("scope")
                 or ss.get("instrumentationLibrary")
@@ -491,15 +495,7 @@ def walk_logs(req: JsonObject, out: list[LogRecord], *, lazy: bool) -> tuple[int
         scope_logs = rl.get("scopeLogs") or rl.get("scope_logs")
         if not scope_logs:
             continue
-        if type(scope_logs) is not list:
-            raise MalformedOTLP(
-                f"scopeLogs must be a list, got {_shown(scope_logs)}", f"resourceLogs[{i}]"
-            )
-        for j, sl in enumerate(scope_logs):
-            if type(sl) is not dict:
-                raise MalformedOTLP(
-                    f"expected an object, got {_shown(sl)}", f"resourceLogs[{i}].scopeLogs[{j}]"
-                )
+        for j, sl in _objects(scope_logs, "scopeLogs", f"resourceLogs[{i}]"):
             scope = sl.get("scope") or {}
             if type(scope) is not dict:
                 raise MalformedOTLP(

@@ -630,6 +630,34 @@ ERRORS: list[tuple[str, bytes, dict[str, Any], str, int | None]] = [
         None,
     ),
     ("invalid UTF-8 in JSON is refused", b'{"a": "\xff"}', {}, "not UTF-8 text (byte 7)", None),
+    (
+        "scopeSpans that is no list is refused where it stands",
+        b'{"resourceSpans":[{"scopeSpans":{"spans":[]}}]}',
+        {},
+        "resourceSpans[0]: scopeSpans must be a list, got {'spans': []}",
+        None,
+    ),
+    (
+        "a scopeSpans entry that is no object is refused with its path",
+        b'{"resourceSpans":[{"scopeSpans":[{"spans":[]},7]}]}',
+        {},
+        "resourceSpans[0].scopeSpans[1]: expected an object, got 7",
+        None,
+    ),
+    (
+        "scopeLogs that is no list is refused where it stands",
+        b'{"resourceLogs":[{"scopeLogs":"x"}]}',
+        {},
+        "resourceLogs[0]: scopeLogs must be a list, got 'x'",
+        None,
+    ),
+    (
+        "a scopeLogs entry that is no object is refused with its path",
+        b'{"resourceLogs":[{"scopeLogs":[[]]}]}',
+        {},
+        "resourceLogs[0].scopeLogs[0]: expected an object, got []",
+        None,
+    ),
 ]
 
 
