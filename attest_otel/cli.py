@@ -323,8 +323,9 @@ def grade(
 
     if file is not None and (trace_id is not None or since_s is not None):
         other = "--trace-id" if trace_id is not None else "--since"
-        raise UsageError(f"--file and {other} exclude each other: grade a file, or traces "
-                         "from --from, not both")
+        raise UsageError(
+            f"--file and {other} exclude each other: grade a file, or traces from --from, not both"
+        )
     if file is None and trace_id is None and since_s is None:
         raise UsageError("grade needs one of --file PATH, --trace-id ID or --since DURATION")
     warn = _Warnings(strict)
@@ -346,8 +347,9 @@ def grade(
         decoded = decode_file(file)
         if not decoded.spans:
             raise InputError(str(file), "no spans to grade")
-        graded = grade_traces(decoded.spans, decoded.logs, reading, judge=judge,
-                              appropriate=appropriate)
+        graded = grade_traces(
+            decoded.spans, decoded.logs, reading, judge=judge, appropriate=appropriate
+        )
         _unused_policy_agents(loaded, [g.trace for g in graded], warn)
         warn.check()
     else:

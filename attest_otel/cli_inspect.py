@@ -61,8 +61,14 @@ def inspect(
     else:
         assert trace_id is not None
         decoded = load_trace(
-            trace_id, source, headers, ca_file=ca_file, client_cert=client_cert,
-            client_key=client_key, insecure=insecure, timeout_s=timeout_s,
+            trace_id,
+            source,
+            headers,
+            ca_file=ca_file,
+            client_cert=client_cert,
+            client_key=client_key,
+            insecure=insecure,
+            timeout_s=timeout_s,
         )
     traces = read(decoded.spans, decoded.logs, Reading(loaded or Policy.empty()), explain=True)
     if not traces:
@@ -106,8 +112,10 @@ def _as_dict(trace: TraceRuns) -> dict[str, Any]:
 def _lines(trace: TraceRuns) -> list[str]:
     out = [f"trace {trace.trace_id}", f"  read as: {', '.join(trace.dialects) or 'nothing'}"]
     if "generic" in trace.dialects:
-        out.append("  note: the generic reader guessed from names and shapes (no dialect "
-                   "module knows these spans); a dialect file makes it exact")
+        out.append(
+            "  note: the generic reader guessed from names and shapes (no dialect "
+            "module knows these spans); a dialect file makes it exact"
+        )
     for kind, count in sorted(trace.anomalies.items()):
         out.append(f"  anomaly: {kind} x{count}")
     out.append("  spans:")

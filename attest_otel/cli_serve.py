@@ -81,46 +81,92 @@ def setup_logging(level: str) -> None:
 
 
 @click.command()
-@click.option("--config", "config_path", type=click.Path(path_type=Path),
-              help="Sidecar YAML config (flags override it; it overrides the defaults).")
-@click.option("--grpc-endpoint",
-              help=f"OTLP/gRPC listen address [{default('receivers.grpc.endpoint')}].")
-@click.option("--http-endpoint",
-              help=f"OTLP/HTTP listen address [{default('receivers.http.endpoint')}].")
-@click.option("--forward-endpoint",
-              help="Where spans go next (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / "
-                   "OTEL_EXPORTER_OTLP_ENDPOINT).")
-@click.option("--forward-protocol", type=click.Choice(PROTOCOLS),
-              help="OTLP protocol of the next hop (default: OTEL_EXPORTER_OTLP_PROTOCOL, "
-                   f"else {default('forward.protocol')}).")
-@click.option("--store", "store", metavar="PATH|URL",
-              help="Trace and grade store: a SQLite file [$XDG_DATA_HOME/attest-otel/store.db], "
-                   "or a fleet's shared postgresql://USER:PASSWORD@HOST/DB.")
-@click.option("--policy", type=click.Path(path_type=Path),
-              help="Tool-use policy file (allowed tools and fallbacks per agent).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="Sidecar YAML config (flags override it; it overrides the defaults).",
+)
+@click.option(
+    "--grpc-endpoint", help=f"OTLP/gRPC listen address [{default('receivers.grpc.endpoint')}]."
+)
+@click.option(
+    "--http-endpoint", help=f"OTLP/HTTP listen address [{default('receivers.http.endpoint')}]."
+)
+@click.option(
+    "--forward-endpoint",
+    help="Where spans go next (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / "
+    "OTEL_EXPORTER_OTLP_ENDPOINT).",
+)
+@click.option(
+    "--forward-protocol",
+    type=click.Choice(PROTOCOLS),
+    help="OTLP protocol of the next hop (default: OTEL_EXPORTER_OTLP_PROTOCOL, "
+    f"else {default('forward.protocol')}).",
+)
+@click.option(
+    "--store",
+    "store",
+    metavar="PATH|URL",
+    help="Trace and grade store: a SQLite file [$XDG_DATA_HOME/attest-otel/store.db], "
+    "or a fleet's shared postgresql://USER:PASSWORD@HOST/DB.",
+)
+@click.option(
+    "--policy",
+    type=click.Path(path_type=Path),
+    help="Tool-use policy file (allowed tools and fallbacks per agent).",
+)
 @click.option("--prometheus", help="Serve /metrics on HOST:PORT.")
-@click.option("--buffer-dir", type=click.Path(path_type=Path),
-              help="Write held and queued spans here before answering; replayed on start.")
-@click.option("--tls-cert-file", type=click.Path(path_type=Path),
-              help="Receivers' TLS certificate (PEM); with --tls-key-file turns TLS on.")
-@click.option("--tls-key-file", type=click.Path(path_type=Path),
-              help="Receivers' TLS private key (PEM).")
-@click.option("--tls-client-ca-file", type=click.Path(path_type=Path),
-              help="Require client certificates signed by this CA (mTLS).")
-@click.option("--auth-token-file", type=click.Path(path_type=Path),
-              help="File holding the bearer token senders must give "
-                   "(Authorization: Bearer <token>).")
-@click.option("--forward-ca-file", type=click.Path(path_type=Path),
-              help="CA (PEM) the next hop's certificate is checked against; turns TLS on.")
-@click.option("--forward-cert-file", type=click.Path(path_type=Path),
-              help="Client certificate (PEM) for mTLS to the next hop.")
-@click.option("--forward-key-file", type=click.Path(path_type=Path),
-              help="Client private key (PEM) for mTLS to the next hop.")
-@click.option("--content", type=click.Choice(CONTENT_MODES),
-              help="Run content (tool outputs, answers, evidence) in events, logs and model "
-                   f"prompts [{default('content.mode')}].")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option(
+    "--buffer-dir",
+    type=click.Path(path_type=Path),
+    help="Write held and queued spans here before answering; replayed on start.",
+)
+@click.option(
+    "--tls-cert-file",
+    type=click.Path(path_type=Path),
+    help="Receivers' TLS certificate (PEM); with --tls-key-file turns TLS on.",
+)
+@click.option(
+    "--tls-key-file", type=click.Path(path_type=Path), help="Receivers' TLS private key (PEM)."
+)
+@click.option(
+    "--tls-client-ca-file",
+    type=click.Path(path_type=Path),
+    help="Require client certificates signed by this CA (mTLS).",
+)
+@click.option(
+    "--auth-token-file",
+    type=click.Path(path_type=Path),
+    help="File holding the bearer token senders must give (Authorization: Bearer <token>).",
+)
+@click.option(
+    "--forward-ca-file",
+    type=click.Path(path_type=Path),
+    help="CA (PEM) the next hop's certificate is checked against; turns TLS on.",
+)
+@click.option(
+    "--forward-cert-file",
+    type=click.Path(path_type=Path),
+    help="Client certificate (PEM) for mTLS to the next hop.",
+)
+@click.option(
+    "--forward-key-file",
+    type=click.Path(path_type=Path),
+    help="Client private key (PEM) for mTLS to the next hop.",
+)
+@click.option(
+    "--content",
+    type=click.Choice(CONTENT_MODES),
+    help="Run content (tool outputs, answers, evidence) in events, logs and model "
+    f"prompts [{default('content.mode')}].",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
 def serve(
     config_path: Path | None,
     grpc_endpoint: str | None,

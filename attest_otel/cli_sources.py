@@ -351,18 +351,34 @@ def grade_from_source(
     help="The sidecars' store to read grades from: a SQLite file, or the fleet's "
     "store:postgresql://USER:PASSWORD@HOST/DB.",
 )
-@click.option("--limit", default=10, show_default=True, type=click.IntRange(min=1),
-              help="Rows in each table.")
+@click.option(
+    "--limit", default=10, show_default=True, type=click.IntRange(min=1), help="Rows in each table."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@click.option("--fail-under", type=Rate(), metavar="RATE",
-              help="Exit 1 when the pass rate of all runs is below RATE (0.9 or 90%).")
-@click.option("--agent-fail-under", type=Rate(), metavar="RATE",
-              help="Exit 1 when any agent's pass rate is below RATE.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write a self-contained HTML page (inline SVG, nothing fetched).")
-@click.option("--trace-url", metavar="TEMPLATE",
-              help="Link the worst runs in --html to their traces, e.g. "
-                   "'http://jaeger:16686/trace/{trace_id}'.")
+@click.option(
+    "--fail-under",
+    type=Rate(),
+    metavar="RATE",
+    help="Exit 1 when the pass rate of all runs is below RATE (0.9 or 90%).",
+)
+@click.option(
+    "--agent-fail-under",
+    type=Rate(),
+    metavar="RATE",
+    help="Exit 1 when any agent's pass rate is below RATE.",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a self-contained HTML page (inline SVG, nothing fetched).",
+)
+@click.option(
+    "--trace-url",
+    metavar="TEMPLATE",
+    help="Link the worst runs in --html to their traces, e.g. "
+    "'http://jaeger:16686/trace/{trace_id}'.",
+)
 def report(
     since_s: float,
     source: str,
@@ -384,8 +400,9 @@ def report(
 
     opened = open_source(source)
     if not isinstance(opened, StoreSource):
-        raise UsageError(f"report reads grades from the store: --from store:[PATH|URL], "
-                         f"not {source}")
+        raise UsageError(
+            f"report reads grades from the store: --from store:[PATH|URL], not {source}"
+        )
     if trace_url is not None and "{trace_id}" not in trace_url:
         raise UsageError(f"--trace-url {trace_url!r} has no {{trace_id}} to fill in")
     now = time.time_ns()
@@ -393,15 +410,15 @@ def report(
     try:  # a fleet's store counts in SQL; the SQLite file's rows are counted here
         counted = opened.summary(since_ns, now, limit)
         if counted is not None:
-            built = reporting.report_from_counts(counted, since_ns=since_ns, until_ns=now,
-                                                 limit=limit)
+            built = reporting.report_from_counts(
+                counted, since_ns=since_ns, until_ns=now, limit=limit
+            )
         else:
             records = [
                 reporting.GradeRecord(r.trace_id, r.agent, r.graded_ns, r.result, r.span_id)
                 for r in opened.grades_since(since_ns)
             ]
-            built = reporting.build_report(records, since_ns=since_ns, until_ns=now,
-                                           limit=limit)
+            built = reporting.build_report(records, since_ns=since_ns, until_ns=now, limit=limit)
     finally:
         opened.close()
     if html_path is not None:
@@ -431,10 +448,12 @@ def _gate(built: Any, overall: float | None, per_agent: float | None, source: st
     if overall is not None and (built.overall.rate or 0.0) < overall:
         low.append(f"all runs {built.overall.rate:.1%} < {overall:.1%}")
     if per_agent is not None:
-        low += [f"agent {r.name} {r.rate:.1%} < {per_agent:.1%}"
-                for r in built.agents if r.rate is not None and r.rate < per_agent]
+        low += [
+            f"agent {r.name} {r.rate:.1%} < {per_agent:.1%}"
+            for r in built.agents
+            if r.rate is not None and r.rate < per_agent
+        ]
     for line in low:
         click.echo(f"attest-otel: below the bar: {line}", err=True)
     if low:
         sys.exit(1)
-

@@ -51,8 +51,9 @@ class ContentPolicy:
 
     def __post_init__(self) -> None:
         if self.mode not in CONTENT_MODES:
-            raise ValueError(f"content mode must be one of {', '.join(CONTENT_MODES)}, "
-                             f"got {self.mode!r}")
+            raise ValueError(
+                f"content mode must be one of {', '.join(CONTENT_MODES)}, got {self.mode!r}"
+            )
         if self.max_chars < 1:
             raise ValueError(f"content max_chars must be at least 1, got {self.max_chars}")
 

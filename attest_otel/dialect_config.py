@@ -62,18 +62,31 @@ _RAW_FIELDS = frozenset(("allowed_tools", "tool_fallbacks", "error"))
 """Kept as the span has them: the policy parser and the error flag read raw values."""
 _MESSAGE_FIELDS = frozenset(("input", "output"))
 COND_KEYS = (
-    "attribute", "attribute_prefix", "name", "name_prefix", "name_regex", "kind", "scope", "any",
+    "attribute",
+    "attribute_prefix",
+    "name",
+    "name_prefix",
+    "name_regex",
+    "kind",
+    "scope",
+    "any",
 )
 SOURCE_KEYS = (
-    "attribute", "event", "log", "span_name", "genai_events", "json", "path", "args_kwargs",
-    "unwrap", "role",
+    "attribute",
+    "event",
+    "log",
+    "span_name",
+    "genai_events",
+    "json",
+    "path",
+    "args_kwargs",
+    "unwrap",
+    "role",
 )
 _PLACES = ("attribute", "event", "log", "span_name", "genai_events")
-_KINDS = {"unspecified": 0, "internal": 1, "server": 2, "client": 3, "producer": 4,
-          "consumer": 5}
+_KINDS = {"unspecified": 0, "internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5}
 _MESSAGE_ROLES = ("user", "assistant", "system", "tool")
-_SCALAR_TAGS = frozenset((STR_TAG, BOOL_TAG, "tag:yaml.org,2002:int",
-                          "tag:yaml.org,2002:float"))
+_SCALAR_TAGS = frozenset((STR_TAG, BOOL_TAG, "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"))
 
 
 def load_dialects(
@@ -260,8 +273,17 @@ class DialectChecker(Checker):
                 ok = False
         if not ok:
             return None
-        return Cond(present, tuple(equals), tuple(starts), names, prefixes, regex, kinds, scopes,
-                    tuple(alternatives))
+        return Cond(
+            present,
+            tuple(equals),
+            tuple(starts),
+            names,
+            prefixes,
+            regex,
+            kinds,
+            scopes,
+            tuple(alternatives),
+        )
 
     def kinds(self, path: str, node: Node) -> frozenset[int] | None:
         words = self.texts(path, node)
@@ -269,8 +291,9 @@ class DialectChecker(Checker):
             return None
         bad = [w for w in words if w.lower() not in _KINDS]
         if bad:
-            self.problem(path, node, f"unknown span kind {bad[0]!r} "
-                                     f"(expected one of: {', '.join(_KINDS)})")
+            self.problem(
+                path, node, f"unknown span kind {bad[0]!r} (expected one of: {', '.join(_KINDS)})"
+            )
             return None
         return frozenset(_KINDS[w.lower()] for w in words)
 
@@ -394,8 +417,7 @@ class DialectChecker(Checker):
         out: set[str] = set()
         for item in items:
             if not isinstance(item, ScalarNode) or item.tag not in _SCALAR_TAGS:
-                self.problem(path, item, f"expected a string, number or boolean, got "
-                                         f"{kind(item)}")
+                self.problem(path, item, f"expected a string, number or boolean, got {kind(item)}")
                 return None
             if item.tag == BOOL_TAG:
                 out.add("true" if item.value.lower() in ("true", "yes", "on") else "false")

@@ -320,7 +320,12 @@ def run_to_dict(run: Run) -> dict[str, Any]:
 
 
 RUN_KEYS = (
-    "task", "system_prompt", "allowed_tools", "tool_fallbacks", "steps", "final_answer",
+    "task",
+    "system_prompt",
+    "allowed_tools",
+    "tool_fallbacks",
+    "steps",
+    "final_answer",
     "content_captured",
 )
 STEP_KEYS = ("thought", "tool_call")
@@ -359,8 +364,11 @@ def unknown_keys(data: Any) -> list[str]:
 def _not_a_run(data: Any, source: str) -> None:
     """Inputs that parse but are not a run: said here, or they would grade as a clean pass."""
     if isinstance(data, dict) and any(k in data for k in _OTLP_KEYS):
-        raise InputError(source, "is OTLP traces, not an attest run file: "
-                                 f"grade it with `attest-otel grade --file {source}`")
+        raise InputError(
+            source,
+            "is OTLP traces, not an attest run file: "
+            f"grade it with `attest-otel grade --file {source}`",
+        )
     if data == {}:
         raise InputError(source, "an empty run object ({}): nothing to grade")
 

@@ -252,8 +252,14 @@ def verdicts_by_tool(records: Iterable[GradeRecord]) -> dict[str, dict[str, int]
             by = counts.setdefault(str(finding.get("subject") or ""), {})
             verdict = str(finding.get("verdict") or "")
             by[verdict] = by.get(verdict, 0) + 1
-    order = sorted(counts, key=lambda t: (-(sum(counts[t].values()) - counts[t].get("correct", 0)),
-                                          -sum(counts[t].values()), t))
+    order = sorted(
+        counts,
+        key=lambda t: (
+            -(sum(counts[t].values()) - counts[t].get("correct", 0)),
+            -sum(counts[t].values()),
+            t,
+        ),
+    )
     return {tool: counts[tool] for tool in order}
 
 
@@ -326,12 +332,19 @@ def report_from_counts(
             p = problems.setdefault((verdict, tool), [0, 0])
             p[0] += calls
             p[1] += runs
-    found = [Problem(v, t, n, runs, counts.examples.get((v, t), ""))
-             for (v, t), (n, runs) in problems.items()]
+    found = [
+        Problem(v, t, n, runs, counts.examples.get((v, t), ""))
+        for (v, t), (n, runs) in problems.items()
+    ]
     found.sort(key=lambda p: (-p.count, -p.runs, p.verdict, p.tool))
-    order = sorted(verdicts, key=lambda t: (
-        -(sum(verdicts[t].values()) - verdicts[t].get("correct", 0)),
-        -sum(verdicts[t].values()), t))
+    order = sorted(
+        verdicts,
+        key=lambda t: (
+            -(sum(verdicts[t].values()) - verdicts[t].get("correct", 0)),
+            -sum(verdicts[t].values()),
+            t,
+        ),
+    )
     passed = sum(p for p, _ in by_agent.values())
     total = sum(n for _, n in by_agent.values())
     return Report(
@@ -339,8 +352,10 @@ def report_from_counts(
         until_ns=until_ns,
         overall=_rate("all runs", passed, total),
         agents=_worst_first(_rate(name, p, n) for name, (p, n) in by_agent.items()),
-        tools=_worst_first(_rate(tool, p, n, calls=calls, failed_calls=bad)
-                           for tool, (p, n, calls, bad) in tools.items()),
+        tools=_worst_first(
+            _rate(tool, p, n, calls=calls, failed_calls=bad)
+            for tool, (p, n, calls, bad) in tools.items()
+        ),
         problems=found[:limit],
         worst=list(counts.worst[:limit]),
         verdicts_by_tool={tool: verdicts[tool] for tool in order},
@@ -400,15 +415,17 @@ def render_text(report: Report, *, width: int = 100, limit: int = 10) -> str:
     if not o.total:
         lines.append("No graded runs in this window.")
         return "\n".join(lines)
-    lines.append(
-        f"Runs passed: {o.passed}/{o.total} = {_pct(o.rate)} (95% CI {_interval(o)})"
-    )
+    lines.append(f"Runs passed: {o.passed}/{o.total} = {_pct(o.rate)} (95% CI {_interval(o)})")
     name_w = max(16, width // 3)
-    lines += ["", "By agent, worst first", table(
-        ["agent", "runs", "passed", "pass rate", "95% CI"],
-        _rate_rows(report.agents[:limit], name_w),
-        [False, True, True, True, False],
-    )]
+    lines += [
+        "",
+        "By agent, worst first",
+        table(
+            ["agent", "runs", "passed", "pass rate", "95% CI"],
+            _rate_rows(report.agents[:limit], name_w),
+            [False, True, True, True, False],
+        ),
+    ]
     if report.tools:
         rows = [
             [*row, str(r.calls), str(r.failed_calls)]
@@ -424,20 +441,44 @@ def render_text(report: Report, *, width: int = 100, limit: int = 10) -> str:
             ),
         ]
     if report.problems:
-        lines += ["", "Most frequent problems", table(
-            ["calls", "runs", "verdict", "tool", "latest trace"],
-            [[str(p.count), str(p.runs), p.verdict, _clip(p.tool, name_w), p.example_trace_id]
-             for p in report.problems[:limit]],
-            [True, True, False, False, False],
-        )]
+        lines += [
+            "",
+            "Most frequent problems",
+            table(
+                ["calls", "runs", "verdict", "tool", "latest trace"],
+                [
+                    [
+                        str(p.count),
+                        str(p.runs),
+                        p.verdict,
+                        _clip(p.tool, name_w),
+                        p.example_trace_id,
+                    ]
+                    for p in report.problems[:limit]
+                ],
+                [True, True, False, False, False],
+            ),
+        ]
     if report.worst:
         fixed = 6 + 8 + 7 + 32 + 20 + 5 * 2
         summary_w = max(20, width - fixed)
-        lines += ["", "Worst runs", table(
-            ["score", "verdict", "failed", "trace id", "agent", "summary"],
-            [[f"{w.score:.2f}", w.verdict, str(w.failed_calls), w.trace_id,
-              _clip(w.agent or NO_AGENT, 20), _clip(w.summary, summary_w)]
-             for w in report.worst[:limit]],
-            [True, False, True, False, False, False],
-        )]
+        lines += [
+            "",
+            "Worst runs",
+            table(
+                ["score", "verdict", "failed", "trace id", "agent", "summary"],
+                [
+                    [
+                        f"{w.score:.2f}",
+                        w.verdict,
+                        str(w.failed_calls),
+                        w.trace_id,
+                        _clip(w.agent or NO_AGENT, 20),
+                        _clip(w.summary, summary_w),
+                    ]
+                    for w in report.worst[:limit]
+                ],
+                [True, False, True, False, False, False],
+            ),
+        ]
     return "\n".join(lines)

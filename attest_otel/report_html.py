@@ -83,16 +83,20 @@ def _axis(rows: int) -> str:
     ticks = []
     for i in range(5):
         x = _LABEL_W + _BAR_W * i / 4
-        ticks.append(f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{y}" stroke="#ddd"/>'
-                     f'<text x="{x:.1f}" y="{y + 14}" text-anchor="middle">{i * 25}%</text>')
+        ticks.append(
+            f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{y}" stroke="#ddd"/>'
+            f'<text x="{x:.1f}" y="{y + 14}" text-anchor="middle">{i * 25}%</text>'
+        )
     return "".join(ticks)
 
 
 def _label(i: int, text: str) -> str:
     y = i * _ROW_H + 15
     short = text if len(text) <= 26 else text[:25] + "…"
-    return (f'<text x="{_LABEL_W - 6}" y="{y}" text-anchor="end">'
-            f"<title>{escape(text)}</title>{escape(short)}</text>")
+    return (
+        f'<text x="{_LABEL_W - 6}" y="{y}" text-anchor="end">'
+        f"<title>{escape(text)}</title>{escape(short)}</text>"
+    )
 
 
 def rate_chart(rates: Sequence[Rate]) -> str:
@@ -102,9 +106,11 @@ def rate_chart(rates: Sequence[Rate]) -> str:
         y = i * _ROW_H
         body.append(_label(i, r.name))
         w = _BAR_W * (r.rate or 0.0)
-        body.append(f'<rect class="bar" x="{_LABEL_W}" y="{y + 4}" width="{w:.1f}" height="14" '
-                    f'fill="#1565c0"><title>{escape(r.name)}: {r.passed}/{r.total} passed, '
-                    f"{_pct(r.rate)} (95% CI {_pct(r.low)} - {_pct(r.high)})</title></rect>")
+        body.append(
+            f'<rect class="bar" x="{_LABEL_W}" y="{y + 4}" width="{w:.1f}" height="14" '
+            f'fill="#1565c0"><title>{escape(r.name)}: {r.passed}/{r.total} passed, '
+            f"{_pct(r.rate)} (95% CI {_pct(r.low)} - {_pct(r.high)})</title></rect>"
+        )
         if r.low is not None and r.high is not None:
             x1, x2 = _LABEL_W + _BAR_W * r.low, _LABEL_W + _BAR_W * r.high
             mid = y + 11
@@ -112,14 +118,18 @@ def rate_chart(rates: Sequence[Rate]) -> str:
                 f'<path class="interval" d="M{x1:.1f} {mid - 5}v10M{x1:.1f} {mid}H{x2:.1f}'
                 f'M{x2:.1f} {mid - 5}v10" stroke="#000" fill="none"/>'
             )
-        body.append(f'<text x="{_LABEL_W + _BAR_W + 8}" y="{y + 15}">{_pct(r.rate)} '
-                    f"({r.passed}/{r.total})</text>")
-    return _svg("chart-agents", "Pass rate per agent with its 95% Wilson interval",
-                len(rates), body)
+        body.append(
+            f'<text x="{_LABEL_W + _BAR_W + 8}" y="{y + 15}">{_pct(r.rate)} '
+            f"({r.passed}/{r.total})</text>"
+        )
+    return _svg(
+        "chart-agents", "Pass rate per agent with its 95% Wilson interval", len(rates), body
+    )
 
 
-def _stacked(chart_id: str, title: str, rows: Mapping[str, Mapping[str, int]],
-             colours: Mapping[str, str]) -> str:
+def _stacked(
+    chart_id: str, title: str, rows: Mapping[str, Mapping[str, int]], colours: Mapping[str, str]
+) -> str:
     body = []
     for i, (name, counts) in enumerate(rows.items()):
         y = i * _ROW_H
@@ -131,27 +141,36 @@ def _stacked(chart_id: str, title: str, rows: Mapping[str, Mapping[str, int]],
             if not n:
                 continue
             w = _BAR_W * n / total
-            body.append(f'<rect class="bar" x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="14" '
-                        f'fill="{colours.get(key, _OTHER)}"><title>{escape(name)}: '
-                        f"{escape(key)} {n}</title></rect>")
+            body.append(
+                f'<rect class="bar" x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="14" '
+                f'fill="{colours.get(key, _OTHER)}"><title>{escape(name)}: '
+                f"{escape(key)} {n}</title></rect>"
+            )
             x += w
-        body.append(f'<text x="{_LABEL_W + _BAR_W + 8}" y="{y + 15}">{sum(counts.values())}'
-                    "</text>")
+        body.append(f'<text x="{_LABEL_W + _BAR_W + 8}" y="{y + 15}">{sum(counts.values())}</text>')
     return _svg(chart_id, title, len(rows), body)
 
 
 def _legend(keys: Sequence[str], colours: Mapping[str, str]) -> str:
-    return '<p class="legend">' + "".join(
-        f'<span><i style="background:{colours.get(k, _OTHER)}"></i>{escape(k)}</span>'
-        for k in keys
-    ) + "</p>"
+    return (
+        '<p class="legend">'
+        + "".join(
+            f'<span><i style="background:{colours.get(k, _OTHER)}"></i>{escape(k)}</span>'
+            for k in keys
+        )
+        + "</p>"
+    )
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f'<td class="n">{c}</td>' if n else f"<td>{c}</td>"
-                         for c, n in zip(row, numeric, strict=True)) + "</tr>"
+        "<tr>"
+        + "".join(
+            f'<td class="n">{c}</td>' if n else f"<td>{c}</td>"
+            for c, n in zip(row, numeric, strict=True)
+        )
+        + "</tr>"
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -169,8 +188,9 @@ def _trace_link(w: WorstRun, trace_url: str | None) -> str:
 def render_html(report: Report, *, trace_url: str | None = None) -> str:
     """The whole page. `trace_url` has `{trace_id}` (and optionally `{span_id}`)."""
     o = report.overall
-    window = (f"since {_iso(report.since_ns)}" if report.since_ns is not None
-              else "all stored grades")
+    window = (
+        f"since {_iso(report.since_ns)}" if report.since_ns is not None else "all stored grades"
+    )
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -184,40 +204,76 @@ def render_html(report: Report, *, trace_url: str | None = None) -> str:
     if not o.total:
         parts.append("<p>No graded runs in this window.</p></body></html>")
         return "\n".join(parts)
-    parts.append(f'<p id="overall">Runs passed: <b>{o.passed}/{o.total} = {_pct(o.rate)}</b> '
-                 f"(95% CI {_pct(o.low)} - {_pct(o.high)})</p>")
-    parts += ["<h2>Pass rate per agent</h2>",
-              "<p>The bar is the share of runs that passed; the whisker is its 95% Wilson "
-              "interval, wide when there were few runs.</p>",
-              rate_chart(report.agents)]
+    parts.append(
+        f'<p id="overall">Runs passed: <b>{o.passed}/{o.total} = {_pct(o.rate)}</b> '
+        f"(95% CI {_pct(o.low)} - {_pct(o.high)})</p>"
+    )
+    parts += [
+        "<h2>Pass rate per agent</h2>",
+        "<p>The bar is the share of runs that passed; the whisker is its 95% Wilson "
+        "interval, wide when there were few runs.</p>",
+        rate_chart(report.agents),
+    ]
     if report.verdicts_by_tool:
-        seen = sorted({k for c in report.verdicts_by_tool.values() for k in c},
-                      key=lambda k: (list(_VERDICT_COLOUR).index(k)
-                                     if k in _VERDICT_COLOUR else 99, k))
-        parts += ["<h2>Verdicts by tool</h2>", _legend(seen, _VERDICT_COLOUR),
-                  _stacked("chart-verdicts", "Tool calls per tool, by verdict",
-                           report.verdicts_by_tool, _VERDICT_COLOUR)]
+        seen = sorted(
+            {k for c in report.verdicts_by_tool.values() for k in c},
+            key=lambda k: (list(_VERDICT_COLOUR).index(k) if k in _VERDICT_COLOUR else 99, k),
+        )
+        parts += [
+            "<h2>Verdicts by tool</h2>",
+            _legend(seen, _VERDICT_COLOUR),
+            _stacked(
+                "chart-verdicts",
+                "Tool calls per tool, by verdict",
+                report.verdicts_by_tool,
+                _VERDICT_COLOUR,
+            ),
+        ]
     if report.errors_by_recovery:
         rows = {k: {k: n} for k, n in report.errors_by_recovery.items()}
-        parts += ["<h2>Errors by how they were handled</h2>",
-                  "<p>Tool calls that returned an error: recovered by a retry or a fallback, "
-                  "acknowledged in the answer, or not handled.</p>",
-                  _errors_chart(rows)]
+        parts += [
+            "<h2>Errors by how they were handled</h2>",
+            "<p>Tool calls that returned an error: recovered by a retry or a fallback, "
+            "acknowledged in the answer, or not handled.</p>",
+            _errors_chart(rows),
+        ]
     if report.problems:
-        parts += ["<h2>Most frequent problems</h2>", _table(
-            ["calls", "runs", "verdict", "tool", "latest trace"],
-            [[str(p.count), str(p.runs), escape(p.verdict), escape(p.tool),
-              f"<code>{escape(p.example_trace_id)}</code>"] for p in report.problems],
-            [True, True, False, False, False],
-        )]
+        parts += [
+            "<h2>Most frequent problems</h2>",
+            _table(
+                ["calls", "runs", "verdict", "tool", "latest trace"],
+                [
+                    [
+                        str(p.count),
+                        str(p.runs),
+                        escape(p.verdict),
+                        escape(p.tool),
+                        f"<code>{escape(p.example_trace_id)}</code>",
+                    ]
+                    for p in report.problems
+                ],
+                [True, True, False, False, False],
+            ),
+        ]
     if report.worst:
-        parts += ["<h2>Worst runs</h2>", _table(
-            ["score", "verdict", "failed calls", "agent", "trace", "summary"],
-            [[f"{w.score:.2f}", escape(w.verdict), str(w.failed_calls),
-              escape(w.agent or NO_AGENT), _trace_link(w, trace_url),
-              f'<span class="summary">{escape(w.summary)}</span>'] for w in report.worst],
-            [True, False, True, False, False, False],
-        )]
+        parts += [
+            "<h2>Worst runs</h2>",
+            _table(
+                ["score", "verdict", "failed calls", "agent", "trace", "summary"],
+                [
+                    [
+                        f"{w.score:.2f}",
+                        escape(w.verdict),
+                        str(w.failed_calls),
+                        escape(w.agent or NO_AGENT),
+                        _trace_link(w, trace_url),
+                        f'<span class="summary">{escape(w.summary)}</span>',
+                    ]
+                    for w in report.worst
+                ],
+                [True, False, True, False, False, False],
+            ),
+        ]
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -230,15 +286,18 @@ def _errors_chart(rows: Mapping[str, Mapping[str, int]]) -> str:
         n = sum(counts.values())
         y = i * _ROW_H
         body.append(_label(i, name))
-        body.append(f'<rect class="bar" x="{_LABEL_W}" y="{y + 4}" '
-                    f'width="{_BAR_W * n / top:.1f}" height="14" '
-                    f'fill="{_RECOVERY_COLOUR.get(name, _OTHER)}"><title>{escape(name)}: {n}'
-                    "</title></rect>")
+        body.append(
+            f'<rect class="bar" x="{_LABEL_W}" y="{y + 4}" '
+            f'width="{_BAR_W * n / top:.1f}" height="14" '
+            f'fill="{_RECOVERY_COLOUR.get(name, _OTHER)}"><title>{escape(name)}: {n}'
+            "</title></rect>"
+        )
         body.append(f'<text x="{_LABEL_W + _BAR_W + 8}" y="{y + 15}">{n}</text>')
     height = max(1, len(rows)) * _ROW_H + 8
     width = _LABEL_W + _BAR_W + 120
-    return (f'<svg id="chart-errors" class="chart" xmlns="http://www.w3.org/2000/svg" '
-            f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-            'aria-label="Errored tool calls by how they were handled">'
-            "<title>Errored tool calls by how they were handled</title>"
-            + "".join(body) + "</svg>")
+    return (
+        f'<svg id="chart-errors" class="chart" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        'aria-label="Errored tool calls by how they were handled">'
+        "<title>Errored tool calls by how they were handled</title>" + "".join(body) + "</svg>"
+    )

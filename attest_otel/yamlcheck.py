@@ -177,8 +177,9 @@ class Checker:
             pairs.append((key, value))
         return pairs
 
-    def expand_env(self, node: Node, environ: Mapping[str, str] | None = None,
-                   path: str = "") -> None:
+    def expand_env(
+        self, node: Node, environ: Mapping[str, str] | None = None, path: str = ""
+    ) -> None:
         """Replaces `${env:...}` in every value under `node`, in place (module docstring)."""
         env = os.environ if environ is None else environ
         if isinstance(node, MappingNode):
@@ -200,9 +201,13 @@ class Checker:
                 return "$"
             ref = _ENV_REFERENCE.fullmatch(match.group(1))
             if ref is None:
-                self.problem(path, node, f"unsupported reference {match.group(0)} (use "
-                                         "${env:NAME} or ${env:NAME:-default}; $$ is a "
-                                         "literal $)")
+                self.problem(
+                    path,
+                    node,
+                    f"unsupported reference {match.group(0)} (use "
+                    "${env:NAME} or ${env:NAME:-default}; $$ is a "
+                    "literal $)",
+                )
                 missing = True
                 return match.group(0)
             name, default = ref.group(1), ref.group(2)
@@ -211,8 +216,12 @@ class Checker:
                 return value
             if default is not None:
                 return default
-            self.problem(path, node, f"${{env:{name}}}: {name} is not set (set it, or give a "
-                                     f"default: ${{env:{name}:-value}})")
+            self.problem(
+                path,
+                node,
+                f"${{env:{name}}}: {name} is not set (set it, or give a "
+                f"default: ${{env:{name}:-value}})",
+            )
             missing = True
             return match.group(0)
 
@@ -270,8 +279,14 @@ class Section:
     keys: Mapping[str, Key] | None = None
 
 
-def key(path: str, kind: str, default: Any = MISSING, *,
-        factory: Callable[[], Any] | None = None, **how: Any) -> Any:
+def key(
+    path: str,
+    kind: str,
+    default: Any = MISSING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    **how: Any,
+) -> Any:
     """A dataclass field written in the file at `path` (see `Key`)."""
     meta = {"yaml": Key(path, kind, **how)}
     if factory is not None:
@@ -279,8 +294,9 @@ def key(path: str, kind: str, default: Any = MISSING, *,
     return field(default=default, metadata=meta)
 
 
-def section(path: str, cls: type[Any], *, keys: Mapping[str, Key] | None = None,
-            required: bool = False) -> Any:
+def section(
+    path: str, cls: type[Any], *, keys: Mapping[str, Key] | None = None, required: bool = False
+) -> Any:
     """A dataclass field holding a nested section of the file."""
     meta = {"yaml": Section(path, cls, keys)}
     if required:
@@ -344,8 +360,9 @@ class TreeChecker(Checker):
         self.given: set[str] = set()
         """Keys the file (or, once the caller adds them, a flag) set, even to the default."""
 
-    def merge(self, target: dict[str, Any], schema: Mapping[str, Any], node: Node,
-              path: str = "") -> None:
+    def merge(
+        self, target: dict[str, Any], schema: Mapping[str, Any], node: Node, path: str = ""
+    ) -> None:
         for key_node, value_node in self.mapping(path or "<top>", node, "a mapping") or ():
             name = key_node.value
             full = f"{path}.{name}" if path else name
@@ -401,8 +418,10 @@ def header_problem(name: str, value: object) -> str | None:
     text = str(value)
     bad = next((c for c in text if not (c == "\t" or 32 <= ord(c) < 127)), None)
     if bad is not None:
-        return (f"header {name!r}: value holds {bad!r} (only printable ASCII is allowed; "
-                "a CR or LF would break every request)")
+        return (
+            f"header {name!r}: value holds {bad!r} (only printable ASCII is allowed; "
+            "a CR or LF would break every request)"
+        )
     return None
 
 
@@ -453,8 +472,9 @@ class TreeReader:
         where = f"{path} (line {line})" if line else path
         self.checker.problems.append(f"{where}: {text}")
 
-    def section(self, cls: type[Any], prefix: str = "",
-                keys: Mapping[str, Key] | None = None, **extra: Any) -> Any:
+    def section(
+        self, cls: type[Any], prefix: str = "", keys: Mapping[str, Key] | None = None, **extra: Any
+    ) -> Any:
         """One section's dataclass, every field read as its `Key` says."""
         values: dict[str, Any] = dict(extra)
         for f in dataclasses.fields(cls):
@@ -471,12 +491,14 @@ class TreeReader:
     def read(self, path: str, spec: Key, f: dataclasses.Field[Any]) -> Any:
         kind = spec.kind
         if kind in ("number", "size"):
-            value = self.number(path, minimum=spec.minimum or 0.0, exclusive=spec.exclusive,
-                                maximum=spec.maximum)
+            value = self.number(
+                path, minimum=spec.minimum or 0.0, exclusive=spec.exclusive, maximum=spec.maximum
+            )
             return int(value * spec.scale) if kind == "size" else value * spec.scale
         if kind == "int":
-            return self.integer(path, 1 if spec.minimum is None else int(spec.minimum),
-                                maximum=spec.maximum)
+            return self.integer(
+                path, 1 if spec.minimum is None else int(spec.minimum), maximum=spec.maximum
+            )
         if kind == "flag":
             return self.flag(path)
         if kind == "text":
@@ -509,8 +531,15 @@ class TreeReader:
             return out
         raise AssertionError(f"unknown key kind {kind!r}")  # a bug in the dataclass
 
-    def number(self, path: str, *, minimum: float = 0.0, exclusive: bool = True,
-               integer: bool = False, maximum: float | None = None) -> float:
+    def number(
+        self,
+        path: str,
+        *,
+        minimum: float = 0.0,
+        exclusive: bool = True,
+        integer: bool = False,
+        maximum: float | None = None,
+    ) -> float:
         value = self.get(path)
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.problem(path, f"expected a number, got {value!r}")
@@ -528,8 +557,9 @@ class TreeReader:
         return float(value)
 
     def integer(self, path: str, minimum: int = 1, maximum: float | None = None) -> int:
-        return int(self.number(path, minimum=minimum, exclusive=False, integer=True,
-                               maximum=maximum))
+        return int(
+            self.number(path, minimum=minimum, exclusive=False, integer=True, maximum=maximum)
+        )
 
     def flag(self, path: str) -> bool:
         value = self.get(path)

@@ -130,8 +130,9 @@ def worker() -> int:
         for body, golden in timed:
             await evaluate(body, golden)
 
-    print(json.dumps({"version": version("agentevals-cli"), "status": status}), file=reply,
-          flush=True)
+    print(
+        json.dumps({"version": version("agentevals-cli"), "status": status}), file=reply, flush=True
+    )
     while line := sys.stdin.readline():
         passes, elapsed = _timed(lambda: loop.run_until_complete(one_pass()), float(line))
         print(json.dumps({"passes": passes, "elapsed": elapsed}), file=reply, flush=True)
@@ -194,7 +195,10 @@ def compare(rounds: int, min_seconds: float) -> Comparison:
         names = [name for name, s in ready["status"].items() if s == "ok"]
         bodies = [fixtures[name].json_body for name in names]
         result = Comparison(
-            ready["version"], pinned, ready["status"], sum(fixtures[n].spans for n in names),
+            ready["version"],
+            pinned,
+            ready["status"],
+            sum(fixtures[n].spans for n in names),
             {"attest": [], "agentevals": []},
         )
 
@@ -239,13 +243,17 @@ def main(argv: list[str] | None = None) -> int:
     c = compare(args.rounds, args.min_seconds)
     timed = [name for name, s in c.status.items() if s == "ok"]
     print(f"python {platform.python_version()}, agentevals-cli {c.version}, {c.pinned}")
-    print(f"timed on {len(timed)} of {len(c.status)} fixtures ({c.spans} spans per pass); "
-          "agentevals was not timed on:")
+    print(
+        f"timed on {len(timed)} of {len(c.status)} fixtures ({c.spans} spans per pass); "
+        "agentevals was not timed on:"
+    )
     skipped = Counter((s, name.split("__")[0]) for name, s in c.status.items() if s != "ok")
     for reason in sorted({s for s, _ in skipped}):
         frameworks = sorted((fw, k) for (s, fw), k in skipped.items() if s == reason)
-        print(f"  {reason}: {sum(k for _, k in frameworks)} fixtures, "
-              + ", ".join(f"{fw} ({k})" for fw, k in frameworks))
+        print(
+            f"  {reason}: {sum(k for _, k in frameworks)} fixtures, "
+            + ", ".join(f"{fw} ({k})" for fw, k in frameworks)
+        )
     print(f"{args.rounds} rounds x >= {args.min_seconds} s per side, sides interleaved; median")
     print()
     print(f"{'side':72} {'spans/s':>9} {'best':>9}")

@@ -293,15 +293,17 @@ def decode_only(bodies: list[bytes]) -> int:
 
 def parse_json(bodies: list[bytes]) -> int:
     """`json.loads` of every line: the floor any JSON reader pays (issue 12's yardstick)."""
-    return sum(len(json.loads(line)) for body in bodies for line in body.splitlines()
-               if line.strip())
+    return sum(
+        len(json.loads(line)) for body in bodies for line in body.splitlines() if line.strip()
+    )
 
 
 def parse_orjson(bodies: list[bytes]) -> int:
     """orjson's parse of every line: what `decode_bytes` reads OTLP/JSON with (`otlp_json.loads`)
     since issue 12. For reference only: the goal stays measured against `json.loads`."""
-    return sum(len(orjson.loads(line)) for body in bodies for line in body.splitlines()
-               if line.strip())
+    return sum(
+        len(orjson.loads(line)) for body in bodies for line in body.splitlines() if line.strip()
+    )
 
 
 def parse_proto(bodies: list[bytes]) -> int:
@@ -530,11 +532,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{median / PEER_SPANS_PER_S:>6.1f}x"
         )
     print()
-    for full, parse, what in ((rows[1], rows[6], "OTLP/JSON, json.loads"),
-                              (rows[2], rows[7], "protobuf, upb parse")):
+    for full, parse, what in (
+        (rows[1], rows[6], "OTLP/JSON, json.loads"),
+        (rows[2], rows[7], "protobuf, upb parse"),
+    ):
         share = medians[full.name] / medians[parse.name]
-        print(f"grade --file on the fixtures, {what}: {share:.0%} of the parse-only rate "
-              "(goal >= 50 %)")
+        print(
+            f"grade --file on the fixtures, {what}: {share:.0%} of the parse-only rate "
+            "(goal >= 50 %)"
+        )
     from bench_agentevals import summary_line  # bench/.venv-agentevals, if made
 
     print(summary_line(args.rounds, args.min_seconds))

@@ -57,19 +57,29 @@ class _NullForwarder:
 
 
 def _buffer(release: Callable[[list[HeldTrace]], None]) -> TraceBuffer:
-    return TraceBuffer(BufferConfig(grace_s=0.0, idle_timeout_s=7200, max_traces=10**7,
-                                    max_spans=10**9, max_bytes=1 << 40),
-                       probe=lambda t, c, w, s: agent_probe(t, c, w, s, keep=False),
-                       release=release, clock=lambda: 1e9)
+    return TraceBuffer(
+        BufferConfig(
+            grace_s=0.0, idle_timeout_s=7200, max_traces=10**7, max_spans=10**9, max_bytes=1 << 40
+        ),
+        probe=lambda t, c, w, s: agent_probe(t, c, w, s, keep=False),
+        release=release,
+        clock=lambda: 1e9,
+    )
 
 
 def receive(requests: list[bytes]) -> tuple[dict[str, float], list[HeldTrace]]:
     """The receiving process up to the hand-over to grading; seconds per stage."""
     released: list[HeldTrace] = []
     buf = _buffer(released.extend)
-    path = RequestPath(buffer=buf, forwarder=_NullForwarder(),  # type: ignore[arg-type]
-                       stats=SidecarStats(), wal=None, submit=released.extend,
-                       retry_after_s=1, max_backlog_spans=10**9)
+    path = RequestPath(
+        buffer=buf,
+        forwarder=_NullForwarder(),  # type: ignore[arg-type]
+        stats=SidecarStats(),
+        wal=None,
+        submit=released.extend,
+        retry_after_s=1,
+        max_backlog_spans=10**9,
+    )
     t = {"split": 0.0, "route": 0.0, "release": 0.0}
     for data in requests:
         t0 = time.perf_counter()
@@ -113,8 +123,10 @@ def main() -> None:
             times[name] = time.perf_counter() - t0
         for name, seconds in times.items():
             samples.setdefault(name, []).append(seconds * 1e6 / genai)
-    print(f"{genai} GenAI spans ({len(requests)} requests of 24 agent traces, 21 spans each); "
-          f"median of {args.rounds} rounds, us per GenAI span")
+    print(
+        f"{genai} GenAI spans ({len(requests)} requests of 24 agent traces, 21 spans each); "
+        f"median of {args.rounds} rounds, us per GenAI span"
+    )
     total = 0.0
     for name, values in samples.items():
         median = statistics.median(values)
@@ -122,9 +134,11 @@ def main() -> None:
         print(f"  {name:10s} {median:7.1f}")
     print(f"  {'total':10s} {total:7.1f}")
     cut, whole = _plain_accept(args.rounds)
-    print(f"plain requests (no GenAI span, none of a held trace), accept in us per span: "
-          f"cut into spans and routed {cut:.1f}, forwarded whole after a request-wide test "
-          f"{whole:.1f}")
+    print(
+        f"plain requests (no GenAI span, none of a held trace), accept in us per span: "
+        f"cut into spans and routed {cut:.1f}, forwarded whole after a request-wide test "
+        f"{whole:.1f}"
+    )
 
 
 def _plain_accept(rounds: int) -> tuple[float, float]:
@@ -134,10 +148,15 @@ def _plain_accept(rounds: int) -> tuple[float, float]:
     agent = build_requests(4, 24, 1.0, seed=1)
 
     def run(whole: bool) -> float:
-        path = RequestPath(buffer=_buffer(lambda ts: None),
-                           forwarder=_NullForwarder(),  # type: ignore[arg-type]
-                           stats=SidecarStats(), wal=None, submit=lambda ts: None,
-                           retry_after_s=1, max_backlog_spans=10**9)
+        path = RequestPath(
+            buffer=_buffer(lambda ts: None),
+            forwarder=_NullForwarder(),  # type: ignore[arg-type]
+            stats=SidecarStats(),
+            wal=None,
+            submit=lambda ts: None,
+            retry_after_s=1,
+            max_backlog_spans=10**9,
+        )
         for data in agent:
             path.accept(data)
         if not whole:

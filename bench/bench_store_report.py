@@ -27,8 +27,12 @@ sys.path.insert(0, str(ROOT))
 TOOLS = [f"tool_{i:02d}" for i in range(30)]
 AGENTS = [f"agent_{i:02d}" for i in range(20)]
 VERDICTS_OK = ("correct",)
-VERDICTS_BAD = (("incorrect", "fail"), ("error_silent", "fail"), ("review", "review"),
-                ("disallowed_tool", "fail"))
+VERDICTS_BAD = (
+    ("incorrect", "fail"),
+    ("error_silent", "fail"),
+    ("review", "review"),
+    ("disallowed_tool", "fail"),
+)
 
 
 def load(url: str, runs: int, seed: int = 7) -> int:
@@ -60,8 +64,10 @@ def load(url: str, runs: int, seed: int = 7) -> int:
                     verdict, severity = "correct", "pass"
                 failed_tool = severity == "fail"
                 failed += k if failed_tool else 0
-                calls.write(f"{trace_id}\t{span_id}\t{graded}\t{tool}\t{verdict}\t{severity}\t"
-                            f"{k}\tt\t{'t' if failed_tool else 'f'}\n")
+                calls.write(
+                    f"{trace_id}\t{span_id}\t{graded}\t{tool}\t{verdict}\t{severity}\t"
+                    f"{k}\tt\t{'t' if failed_tool else 'f'}\n"
+                )
                 calls_rows += 1
                 if verdict == "error_silent":
                     recov.write(f"{trace_id}\t{span_id}\t{graded}\tsilent\t{k}\n")
@@ -69,13 +75,22 @@ def load(url: str, runs: int, seed: int = 7) -> int:
             passed = failed == 0
             verdict = "pass" if passed else "fail"
             score = 1.0 if passed else round(rng.random(), 3)
-            result = json.dumps({"check": "tool_use", "passed": passed, "verdict": verdict,
-                                 "score": score, "summary": f"run {n}", "findings": findings})
+            result = json.dumps(
+                {
+                    "check": "tool_use",
+                    "passed": passed,
+                    "verdict": verdict,
+                    "score": score,
+                    "summary": f"run {n}",
+                    "findings": findings,
+                }
+            )
             result = result.replace("\\", "\\\\").replace("\t", "\\t")
-            grades.write(f"{trace_id}\t{span_id}\t{agent}\t{graded}\t{'t' if passed else 'f'}\t"
-                         f"{verdict}\t{score}\t{failed}\t1\t{result}\n")
-        for table, buf in (("grades", grades), ("grade_calls", calls),
-                           ("grade_recoveries", recov)):
+            grades.write(
+                f"{trace_id}\t{span_id}\t{agent}\t{graded}\t{'t' if passed else 'f'}\t"
+                f"{verdict}\t{score}\t{failed}\t1\t{result}\n"
+            )
+        for table, buf in (("grades", grades), ("grade_calls", calls), ("grade_recoveries", recov)):
             buf.seek(0)
             with conn.cursor().copy(f"COPY {table} FROM STDIN") as copy:
                 while chunk := buf.read(1 << 20):
@@ -92,8 +107,9 @@ def load(url: str, runs: int, seed: int = 7) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--url", help="an empty PostgreSQL database (default: a throwaway "
-                                      "server from tests/pg.py)")
+    parser.add_argument(
+        "--url", help="an empty PostgreSQL database (default: a throwaway server from tests/pg.py)"
+    )
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
@@ -107,8 +123,10 @@ def main() -> None:
     try:
         t0 = time.perf_counter()
         rows = load(url, args.runs)
-        print(f"loaded {args.runs:,} runs ({rows:,} grade_calls rows) with COPY in "
-              f"{time.perf_counter() - t0:.1f}s")
+        print(
+            f"loaded {args.runs:,} runs ({rows:,} grade_calls rows) with COPY in "
+            f"{time.perf_counter() - t0:.1f}s"
+        )
         from attest_otel.report import report_from_counts
         from attest_otel.store.postgres import PostgresStore
 
@@ -117,24 +135,43 @@ def main() -> None:
         for _ in range(args.repeat):
             t = time.perf_counter()
             now = time.time_ns()
-            built = report_from_counts(store.summary(now - 30 * 86400 * 10**9, now),
-                                       since_ns=None, until_ns=now)
+            built = report_from_counts(
+                store.summary(now - 30 * 86400 * 10**9, now), since_ns=None, until_ns=now
+            )
             sql.append(time.perf_counter() - t)
         store.close()
-        print(f"summary + report_from_counts: best {min(sql) * 1000:.0f} ms, "
-              f"median {sorted(sql)[len(sql) // 2] * 1000:.0f} ms "
-              f"({built.overall.total:,} runs, {len(built.tools)} tools)")
+        print(
+            f"summary + report_from_counts: best {min(sql) * 1000:.0f} ms, "
+            f"median {sorted(sql)[len(sql) // 2] * 1000:.0f} ms "
+            f"({built.overall.total:,} runs, {len(built.tools)} tools)"
+        )
         cli = []
         for _ in range(args.repeat):
             t = time.perf_counter()
-            out = subprocess.run([sys.executable, "-m", "attest_otel.cli", "report", "--json",
-                                  "--since", "30d", "--from", f"store:{url}"],
-                                 capture_output=True, text=True, cwd=ROOT, check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "attest_otel.cli",
+                    "report",
+                    "--json",
+                    "--since",
+                    "30d",
+                    "--from",
+                    f"store:{url}",
+                ],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                check=True,
+            )
             cli.append(time.perf_counter() - t)
         total = json.loads(out.stdout)["runs"]["total"]
-        print(f"attest-otel report --json --since 30d --from store:URL: best "
-              f"{min(cli) * 1000:.0f} ms, median {sorted(cli)[len(cli) // 2] * 1000:.0f} ms "
-              f"(whole process; {total:,} runs)")
+        print(
+            f"attest-otel report --json --since 30d --from store:URL: best "
+            f"{min(cli) * 1000:.0f} ms, median {sorted(cli)[len(cli) // 2] * 1000:.0f} ms "
+            f"(whole process; {total:,} runs)"
+        )
     finally:
         if server is not None:
             from tests.pg import stop_postgres

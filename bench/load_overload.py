@@ -99,15 +99,25 @@ def serve_sink(port: int, capacity: float, out: str) -> None:
     def other(request: bytes, context: Any) -> bytes:
         return b""
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
-                         options=[("grpc.max_receive_message_length", 64 << 20)])
-    server.add_generic_rpc_handlers([
-        grpc.method_handlers_generic_handler(service, {
-            "Export": grpc.unary_unary_rpc_method_handler(
-                traces if "Trace" in service else other,
-                request_deserializer=None, response_serializer=None)})
-        for service in SERVICES
-    ])
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8),
+        options=[("grpc.max_receive_message_length", 64 << 20)],
+    )
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                service,
+                {
+                    "Export": grpc.unary_unary_rpc_method_handler(
+                        traces if "Trace" in service else other,
+                        request_deserializer=None,
+                        response_serializer=None,
+                    )
+                },
+            )
+            for service in SERVICES
+        ]
+    )
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     done = threading.Event()
@@ -201,18 +211,44 @@ def main() -> None:
     sink_port, grpc_port, http_port = free_port(), free_port(), free_port()
     sink_out = tmp / "sink-ids.bin"
     sink = subprocess.Popen(
-        [sys.executable, str(Path(__file__)), "--sink", str(sink_port), str(args.capacity),
-         str(sink_out)], cwd=ROOT, stdout=subprocess.PIPE)
+        [
+            sys.executable,
+            str(Path(__file__)),
+            "--sink",
+            str(sink_port),
+            str(args.capacity),
+            str(sink_out),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
     assert sink.stdout is not None
     assert b"ready" in sink.stdout.readline()
     (tmp / "sidecar.yaml").write_text(CONFIG)
     log_file = open(tmp / "sidecar.log", "wb")  # noqa: SIM115 - closed at the end
     sidecar = subprocess.Popen(
-        [sys.executable, "-m", "attest_otel.cli", "serve", "--config", str(tmp / "sidecar.yaml"),
-         "--grpc-endpoint", f"127.0.0.1:{grpc_port}", "--http-endpoint", f"127.0.0.1:{http_port}",
-         "--forward-endpoint", f"127.0.0.1:{sink_port}", "--store", str(tmp / "store.db"),
-         "--log-level", "warning"],
-        cwd=ROOT, stdout=log_file, stderr=log_file)
+        [
+            sys.executable,
+            "-m",
+            "attest_otel.cli",
+            "serve",
+            "--config",
+            str(tmp / "sidecar.yaml"),
+            "--grpc-endpoint",
+            f"127.0.0.1:{grpc_port}",
+            "--http-endpoint",
+            f"127.0.0.1:{http_port}",
+            "--forward-endpoint",
+            f"127.0.0.1:{sink_port}",
+            "--store",
+            str(tmp / "store.db"),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        stdout=log_file,
+        stderr=log_file,
+    )
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -223,12 +259,12 @@ def main() -> None:
                 raise SystemExit(f"sidecar did not start; see {tmp / 'sidecar.log'}") from None
             time.sleep(0.1)
 
-    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}",
-                                    options=[("grpc.max_send_message_length", -1)])
+    channel = grpc.insecure_channel(
+        f"127.0.0.1:{grpc_port}", options=[("grpc.max_send_message_length", -1)]
+    )
     call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
     lock = threading.Lock()
-    counts = {"attempted_spans": 0, "attempts": 0, "refused": 0, "acked_spans": 0,
-              "errors": 0}
+    counts = {"attempted_spans": 0, "attempts": 0, "refused": 0, "acked_spans": 0, "errors": 0}
     acked: list[tuple[int, int]] = []  # (seq, template)
     next_seq = [0]
     stop_new = threading.Event()
@@ -282,9 +318,11 @@ def main() -> None:
         now = time.monotonic()
         samples.append((now - start, rss_mib(sidecar.pid)))
         with lock:
-            line = (f"t={now - start:5.1f}s attempted={counts['attempted_spans']} "
-                    f"acked={counts['acked_spans']} refused={counts['refused']} "
-                    f"rss={samples[-1][1]:.0f}MiB")
+            line = (
+                f"t={now - start:5.1f}s attempted={counts['attempted_spans']} "
+                f"acked={counts['acked_spans']} refused={counts['refused']} "
+                f"rss={samples[-1][1]:.0f}MiB"
+            )
         if now - last >= 10:
             print(line, flush=True)
             last = now
@@ -320,17 +358,27 @@ def main() -> None:
     first_peak, second_peak = max(rss[:half] or [0]), max(rss[half:] or [0])
     delivered_rate = acked_in_load / load_s
     print()
-    print(f"load: {load_s:.0f} s, {args.senders} raw gRPC senders honouring RetryInfo, "
-          f"sink capacity {args.capacity:.0f} spans/s")
-    print(f"attempted  {attempted_in_load / load_s:10.0f} spans/s  "
-          f"({attempted_in_load / load_s / args.capacity:.1f}x the capacity)")
+    print(
+        f"load: {load_s:.0f} s, {args.senders} raw gRPC senders honouring RetryInfo, "
+        f"sink capacity {args.capacity:.0f} spans/s"
+    )
+    print(
+        f"attempted  {attempted_in_load / load_s:10.0f} spans/s  "
+        f"({attempted_in_load / load_s / args.capacity:.1f}x the capacity)"
+    )
     print(f"accepted   {delivered_rate:10.0f} spans/s  (acked by the sidecar during the load)")
-    print(f"refused    {counts['refused']:10d} requests with UNAVAILABLE + RetryInfo; "
-          f"other errors {counts['errors']}")
-    print(f"RSS        start {rss[0] if rss else 0:.0f} MiB, peak {max(rss or [0]):.0f} MiB, "
-          f"first-half peak {first_peak:.0f}, second-half peak {second_peak:.0f} MiB")
-    print(f"spans      acked {len(expected)}, arrived {len(seen & expected)}, "
-          f"lost {len(lost)}, duplicates {duplicates}; drain after the load {drain_s:.1f} s")
+    print(
+        f"refused    {counts['refused']:10d} requests with UNAVAILABLE + RetryInfo; "
+        f"other errors {counts['errors']}"
+    )
+    print(
+        f"RSS        start {rss[0] if rss else 0:.0f} MiB, peak {max(rss or [0]):.0f} MiB, "
+        f"first-half peak {first_peak:.0f}, second-half peak {second_peak:.0f} MiB"
+    )
+    print(
+        f"spans      acked {len(expected)}, arrived {len(seen & expected)}, "
+        f"lost {len(lost)}, duplicates {duplicates}; drain after the load {drain_s:.1f} s"
+    )
     print(f"sidecar log: {tmp / 'sidecar.log'}")
     bad = bool(lost) or (first_peak and second_peak > 1.25 * first_peak)
     raise SystemExit(1 if bad else 0)

@@ -79,18 +79,45 @@ def agent_trace(rng: random.Random, start: int) -> list[Span]:
             _kv("gen_ai.response.finish_reasons", "tool_call"),
             _kv(
                 "gen_ai.input.messages",
-                json.dumps([{"role": "user", "parts": [{"type": "text",
-                                                        "content": _text(rng, 300, 1500)}]}]),
+                json.dumps(
+                    [
+                        {
+                            "role": "user",
+                            "parts": [{"type": "text", "content": _text(rng, 300, 1500)}],
+                        }
+                    ]
+                ),
             ),
             _kv(
                 "gen_ai.output.messages",
-                json.dumps([{"role": "assistant", "parts": [
-                    {"type": "tool_call", "id": f"call_{i}", "name": f"tool_{i % 3}",
-                     "arguments": {"q": _text(rng, 20, 80)}}]}]),
+                json.dumps(
+                    [
+                        {
+                            "role": "assistant",
+                            "parts": [
+                                {
+                                    "type": "tool_call",
+                                    "id": f"call_{i}",
+                                    "name": f"tool_{i % 3}",
+                                    "arguments": {"q": _text(rng, 20, 80)},
+                                }
+                            ],
+                        }
+                    ]
+                ),
             ),
         ]
-        spans.append(_span(tid, rng.randbytes(8), agent_id, "chat claude-haiku-4-5",
-                           start + i * 2_000_000, chat_attrs, kind=3))
+        spans.append(
+            _span(
+                tid,
+                rng.randbytes(8),
+                agent_id,
+                "chat claude-haiku-4-5",
+                start + i * 2_000_000,
+                chat_attrs,
+                kind=3,
+            )
+        )
         error = rng.random() < 0.05
         tool_attrs = [
             _kv("gen_ai.operation.name", "execute_tool"),
@@ -103,17 +130,39 @@ def agent_trace(rng: random.Random, start: int) -> list[Span]:
             _kv("code.function", "run_tool"),
             _kv("thread.id", rng.randint(1, 64)),
         ]
-        spans.append(_span(tid, rng.randbytes(8), agent_id, f"execute_tool tool_{i % 3}",
-                           start + i * 2_000_000 + 1_000_000, tool_attrs, error=error))
+        spans.append(
+            _span(
+                tid,
+                rng.randbytes(8),
+                agent_id,
+                f"execute_tool tool_{i % 3}",
+                start + i * 2_000_000 + 1_000_000,
+                tool_attrs,
+                error=error,
+            )
+        )
     agent_attrs = [
         _kv("gen_ai.operation.name", "invoke_agent"),
         _kv("gen_ai.agent.name", "bench_agent"),
         _kv("gen_ai.provider.name", "anthropic"),
         _kv("gen_ai.request.model", "claude-haiku-4-5"),
-        _kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [
-            {"type": "text", "content": _text(rng, 200, 600)}]}])),
-        _kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [
-            {"type": "text", "content": _text(rng, 200, 800)}]}])),
+        _kv(
+            "gen_ai.input.messages",
+            json.dumps(
+                [{"role": "user", "parts": [{"type": "text", "content": _text(rng, 200, 600)}]}]
+            ),
+        ),
+        _kv(
+            "gen_ai.output.messages",
+            json.dumps(
+                [
+                    {
+                        "role": "assistant",
+                        "parts": [{"type": "text", "content": _text(rng, 200, 800)}],
+                    }
+                ]
+            ),
+        ),
         _kv("gen_ai.usage.input_tokens", 12000),
         _kv("gen_ai.usage.output_tokens", 900),
         _kv("gen_ai.conversation.id", rng.randbytes(6).hex()),
@@ -127,18 +176,26 @@ def plain_trace(rng: random.Random, start: int) -> list[Span]:
     tid = rng.randbytes(16)
     root = rng.randbytes(8)
     spans = [
-        _span(tid, root, b"", "GET /api/orders/{id}", start, [
-            _kv("http.request.method", "GET"),
-            _kv("http.route", "/api/orders/{id}"),
-            _kv("url.path", f"/api/orders/{rng.randint(1, 10**6)}"),
-            _kv("url.scheme", "https"),
-            _kv("http.response.status_code", 200),
-            _kv("server.address", "orders.internal"),
-            _kv("server.port", 443),
-            _kv("user_agent.original", "Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0"),
-            _kv("network.protocol.version", "1.1"),
-            _kv("client.address", "10.1.2.3"),
-        ], kind=2)
+        _span(
+            tid,
+            root,
+            b"",
+            "GET /api/orders/{id}",
+            start,
+            [
+                _kv("http.request.method", "GET"),
+                _kv("http.route", "/api/orders/{id}"),
+                _kv("url.path", f"/api/orders/{rng.randint(1, 10**6)}"),
+                _kv("url.scheme", "https"),
+                _kv("http.response.status_code", 200),
+                _kv("server.address", "orders.internal"),
+                _kv("server.port", 443),
+                _kv("user_agent.original", "Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0"),
+                _kv("network.protocol.version", "1.1"),
+                _kv("client.address", "10.1.2.3"),
+            ],
+            kind=2,
+        )
     ]
     for i in range(SPANS_PER_TRACE - 1):
         if i % 2:
@@ -147,8 +204,10 @@ def plain_trace(rng: random.Random, start: int) -> list[Span]:
                 _kv("db.namespace", "orders"),
                 _kv("db.operation.name", "SELECT"),
                 _kv("db.collection.name", "order_items"),
-                _kv("db.query.text", "SELECT * FROM order_items WHERE order_id = $1 AND "
-                    + _text(rng, 100, 600)),
+                _kv(
+                    "db.query.text",
+                    "SELECT * FROM order_items WHERE order_id = $1 AND " + _text(rng, 100, 600),
+                ),
                 _kv("server.address", "pg.internal"),
                 _kv("server.port", 5432),
                 _kv("db.response.returned_rows", rng.randint(0, 50)),
@@ -169,19 +228,20 @@ def plain_trace(rng: random.Random, start: int) -> list[Span]:
                 _kv("request.note", _text(rng, 200, 1500)),
             ]
             name = "POST"
-        spans.append(_span(tid, rng.randbytes(8), root, name, start + i * 100_000, attrs,
-                           kind=3))
+        spans.append(_span(tid, rng.randbytes(8), root, name, start + i * 100_000, attrs, kind=3))
     return spans
 
 
 def _resource(service: str) -> ResourceSpans:
     rs = ResourceSpans()
-    rs.resource.attributes.extend([
-        _kv("service.name", service),
-        _kv("service.version", "1.4.2"),
-        _kv("telemetry.sdk.language", "python"),
-        _kv("host.name", os.uname().nodename),
-    ])
+    rs.resource.attributes.extend(
+        [
+            _kv("service.name", service),
+            _kv("service.version", "1.4.2"),
+            _kv("telemetry.sdk.language", "python"),
+            _kv("host.name", os.uname().nodename),
+        ]
+    )
     return rs
 
 

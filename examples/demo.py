@@ -94,15 +94,19 @@ def attribute(attrs: Any, key: str) -> Any:
 def show_received(receiver: Receiver) -> None:
     with receiver.lock:
         for span in receiver.spans:
-            print(f"  span {span.name} trace={span.trace_id.hex()} parent={span.parent_span_id.hex()}"
-                  f" links={len(span.links)}")
+            print(
+                f"  span {span.name} trace={span.trace_id.hex()} parent={span.parent_span_id.hex()}"
+                f" links={len(span.links)}"
+            )
             for event in span.events:
                 label = attribute(event.attributes, "gen_ai.evaluation.score.label")
                 tool = attribute(event.attributes, "gen_ai.tool.name") or "(run)"
                 about = attribute(event.attributes, "attest.span_id")
                 print(f"    event {event.name}: {tool} -> {label} (about span {about})")
-        print(f"  log records: {len(receiver.logs)} "
-              f"(event names: {sorted({r.event_name for r in receiver.logs})})")
+        print(
+            f"  log records: {len(receiver.logs)} "
+            f"(event names: {sorted({r.event_name for r in receiver.logs})})"
+        )
         print(f"  metrics: {sorted({m.name for m in receiver.metrics})}")
 
 
@@ -116,8 +120,14 @@ def main() -> None:
 
     banner("grades as telemetry: grade --export to a local OTLP receiver")
     with Receiver() as receiver:
-        run("grade", "--file", str(HERE / "traces" / "pydantic_ai_fallback.json"), "--export",
-            "--otlp-endpoint", f"http://127.0.0.1:{receiver.port}")
+        run(
+            "grade",
+            "--file",
+            str(HERE / "traces" / "pydantic_ai_fallback.json"),
+            "--export",
+            "--otlp-endpoint",
+            f"http://127.0.0.1:{receiver.port}",
+        )
         show_received(receiver)
 
 

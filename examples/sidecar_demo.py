@@ -56,15 +56,26 @@ class Backend:
         self.graded: list[str] = []
         self.lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        services = ("opentelemetry.proto.collector.trace.v1.TraceService",
-                    "opentelemetry.proto.collector.logs.v1.LogsService",
-                    "opentelemetry.proto.collector.metrics.v1.MetricsService")
-        self.server.add_generic_rpc_handlers([
-            grpc.method_handlers_generic_handler(service, {
-                "Export": grpc.unary_unary_rpc_method_handler(
-                    self.export if "Trace" in service else (lambda r, c: b""),
-                    request_deserializer=None, response_serializer=None)})
-            for service in services])
+        services = (
+            "opentelemetry.proto.collector.trace.v1.TraceService",
+            "opentelemetry.proto.collector.logs.v1.LogsService",
+            "opentelemetry.proto.collector.metrics.v1.MetricsService",
+        )
+        self.server.add_generic_rpc_handlers(
+            [
+                grpc.method_handlers_generic_handler(
+                    service,
+                    {
+                        "Export": grpc.unary_unary_rpc_method_handler(
+                            self.export if "Trace" in service else (lambda r, c: b""),
+                            request_deserializer=None,
+                            response_serializer=None,
+                        )
+                    },
+                )
+                for service in services
+            ]
+        )
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()
 
@@ -77,8 +88,11 @@ class Backend:
                     if verdict is None:
                         continue
                     score = _value(span.attributes, "attest.tool_use.score")
-                    print(f"  backend <- {span.name}: {verdict.upper()} score {score:.2f} "
-                          f"(trace {span.trace_id.hex()})", flush=True)
+                    print(
+                        f"  backend <- {span.name}: {verdict.upper()} score {score:.2f} "
+                        f"(trace {span.trace_id.hex()})",
+                        flush=True,
+                    )
                     with self.lock:
                         self.graded.append(span.trace_id.hex())
         return b""
@@ -86,16 +100,25 @@ class Backend:
 
 def agent(tracer: Tracer, name: str, tools: list[tuple[str, str | None]], answer: str) -> str:
     """One scripted run of a tool loop; a None result is a tool that raised."""
-    with tracer.start_as_current_span(f"invoke_agent {name}", attributes={
-        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
-        "gen_ai.input.messages": json.dumps(
-            [{"role": "user", "parts": [{"type": "text", "content": "Pay invoice 42"}]}]),
-        "gen_ai.output.messages": json.dumps(
-            [{"role": "assistant", "parts": [{"type": "text", "content": answer}]}]),
-    }) as run:
+    with tracer.start_as_current_span(
+        f"invoke_agent {name}",
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": name,
+            "gen_ai.input.messages": json.dumps(
+                [{"role": "user", "parts": [{"type": "text", "content": "Pay invoice 42"}]}]
+            ),
+            "gen_ai.output.messages": json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": answer}]}]
+            ),
+        },
+    ) as run:
         for i, (tool, result) in enumerate(tools):
-            attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool",
-                                     "gen_ai.tool.name": tool, "gen_ai.tool.call.id": f"c{i}"}
+            attrs: dict[str, Any] = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.id": f"c{i}",
+            }
             if result is not None:
                 attrs["gen_ai.tool.call.result"] = result
             with tracer.start_as_current_span(f"execute_tool {tool}", attributes=attrs) as span:
@@ -111,16 +134,32 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store.db"
         config = Path(tmp) / "sidecar.yaml"
-        config.write_text("buffer: {grace_s: 0.5}\ntelemetry: {metrics: false}\n"
-                          "grading: {processes: 0}\n")
-        print(f"== attest-otel serve on 127.0.0.1:{grpc_port} (gRPC) / :{http_port} (HTTP), "
-              f"forwarding to 127.0.0.1:{backend.port}")
+        config.write_text(
+            "buffer: {grace_s: 0.5}\ntelemetry: {metrics: false}\ngrading: {processes: 0}\n"
+        )
+        print(
+            f"== attest-otel serve on 127.0.0.1:{grpc_port} (gRPC) / :{http_port} (HTTP), "
+            f"forwarding to 127.0.0.1:{backend.port}"
+        )
         sidecar = subprocess.Popen(
-            [sys.executable, "-m", "attest_otel.cli", "serve", "--config", str(config),
-             "--grpc-endpoint", f"127.0.0.1:{grpc_port}",
-             "--http-endpoint", f"127.0.0.1:{http_port}",
-             "--forward-endpoint", f"127.0.0.1:{backend.port}", "--store", str(store),
-             "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "attest_otel.cli",
+                "serve",
+                "--config",
+                str(config),
+                "--grpc-endpoint",
+                f"127.0.0.1:{grpc_port}",
+                "--http-endpoint",
+                f"127.0.0.1:{http_port}",
+                "--forward-endpoint",
+                f"127.0.0.1:{backend.port}",
+                "--store",
+                str(store),
+                "--log-level",
+                "warning",
+            ],
             cwd=ROOT,
         )
         try:
@@ -135,17 +174,29 @@ def main() -> int:
                         return 1
                     time.sleep(0.1)
             provider = TracerProvider(resource=Resource.create({"service.name": "demo-agent"}))
-            provider.add_span_processor(BatchSpanProcessor(
-                OTLPSpanExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True),
-                schedule_delay_millis=100))
+            provider.add_span_processor(
+                BatchSpanProcessor(
+                    OTLPSpanExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True),
+                    schedule_delay_millis=100,
+                )
+            )
             tracer = provider.get_tracer("demo-agent")
             print("== the agent runs three times (real OpenTelemetry SDK, GenAI conventions)")
-            agent(tracer, "billing_agent", [("lookup_invoice", "invoice 42: due"),
-                                            ("charge_card", "charged 42.00")], "Paid.")
-            agent(tracer, "billing_agent", [("charge_card", None),
-                                            ("charge_card", "charged 42.00")], "Paid.")
-            failing = agent(tracer, "billing_agent", [("charge_card", None)],
-                            "Done! Your invoice is paid.")
+            agent(
+                tracer,
+                "billing_agent",
+                [("lookup_invoice", "invoice 42: due"), ("charge_card", "charged 42.00")],
+                "Paid.",
+            )
+            agent(
+                tracer,
+                "billing_agent",
+                [("charge_card", None), ("charge_card", "charged 42.00")],
+                "Paid.",
+            )
+            failing = agent(
+                tracer, "billing_agent", [("charge_card", None)], "Done! Your invoice is paid."
+            )
             provider.force_flush()
             deadline = time.monotonic() + 15
             while len(backend.graded) < 3 and time.monotonic() < deadline:
@@ -153,8 +204,20 @@ def main() -> int:
             provider.shutdown()
             time.sleep(0.5)  # the store is written just after forwarding
             print(f"== attest-otel grade --trace-id {failing} (from the store)")
-            subprocess.run([sys.executable, "-m", "attest_otel.cli", "grade", "--trace-id",
-                            failing, "--store", str(store)], cwd=ROOT, check=False)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "attest_otel.cli",
+                    "grade",
+                    "--trace-id",
+                    failing,
+                    "--store",
+                    str(store),
+                ],
+                cwd=ROOT,
+                check=False,
+            )
         finally:
             sidecar.terminate()
             sidecar.wait(30)

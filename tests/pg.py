@@ -49,33 +49,57 @@ class Postgres:
         return self.root / "data"
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*self.as_user, *args], capture_output=True, text=True,
-                              check=check, timeout=60, cwd="/")
+        return subprocess.run(
+            [*self.as_user, *args], capture_output=True, text=True, check=check, timeout=60, cwd="/"
+        )
 
     def init(self) -> None:
         pwfile = self.root / "pw"
         pwfile.write_text(PASSWORD + "\n")
         self._chown(pwfile)
-        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", USER,
-                  "--pwfile", str(pwfile), "--auth=scram-sha-256", "-E", "UTF8",
-                  "--locale=C.UTF-8", "--no-sync")
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            USER,
+            "--pwfile",
+            str(pwfile),
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        )
         with open(self.data / "postgresql.conf", "a") as conf:
-            conf.write(f"listen_addresses = '127.0.0.1'\nport = {self.port}\n"
-                       "unix_socket_directories = ''\nfsync = off\n"
-                       "synchronous_commit = off\nfull_page_writes = off\n"
-                       "max_connections = 200\nshared_buffers = 256MB\n")
+            conf.write(
+                f"listen_addresses = '127.0.0.1'\nport = {self.port}\n"
+                "unix_socket_directories = ''\nfsync = off\n"
+                "synchronous_commit = off\nfull_page_writes = off\n"
+                "max_connections = 200\nshared_buffers = 256MB\n"
+            )
 
     def _chown(self, path: Path) -> None:
         if self.as_user:
             shutil.chown(path, "postgres", "postgres")
 
     def start(self) -> None:
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l",
-                  str(self.root / "server.log"), "-w", "-t", "30", "start")
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-w",
+            "-t",
+            "30",
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> None:
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop",
-                  check=False)
+        self._run(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop", check=False
+        )
 
     def url(self, db: str = "postgres") -> str:
         return f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{db}"

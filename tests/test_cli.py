@@ -30,7 +30,9 @@ def test_tools_exits_0_when_every_run_passed(runner: CliRunner) -> None:
     assert "lookup_order -> charge_card -> charge_card_backup" in result.output
 
 
-def test_tools_exits_1_and_shows_the_problem_with_its_step_when_a_run_failed(runner: CliRunner) -> None:
+def test_tools_exits_1_and_shows_the_problem_with_its_step_when_a_run_failed(
+    runner: CliRunner,
+) -> None:
     result = runner.invoke(main, ["tools", str(EXAMPLES / "disallowed.json")])
     assert result.exit_code == 1
     assert "FAIL" in result.output
@@ -44,7 +46,15 @@ def test_tools_json_is_one_entry_per_run_in_file_order(runner: CliRunner) -> Non
     data = json.loads(result.output)
     assert [d["result"]["verdict"] for d in data] == ["pass", "pass", "pass", "fail", "fail"]
     assert data[2]["task"] == "Refund order 42 to the customer's card."
-    assert set(data[0]["result"]) == {"check", "passed", "verdict", "score", "summary", "findings", "metadata"}
+    assert set(data[0]["result"]) == {
+        "check",
+        "passed",
+        "verdict",
+        "score",
+        "summary",
+        "findings",
+        "metadata",
+    }
 
 
 def test_unrecovered_errors_are_unchecked_offline(runner: CliRunner) -> None:
@@ -55,7 +65,9 @@ def test_unrecovered_errors_are_unchecked_offline(runner: CliRunner) -> None:
 
 
 @pytest.mark.parametrize("flag", ["--appropriate", "--check-answer"])
-def test_a_model_check_without_a_key_is_a_usage_error_naming_the_variable(runner: CliRunner, flag: str) -> None:
+def test_a_model_check_without_a_key_is_a_usage_error_naming_the_variable(
+    runner: CliRunner, flag: str
+) -> None:
     result = runner.invoke(main, ["tools", str(EXAMPLES / "clean.json"), flag])
     assert result.exit_code == 2
     assert "ANTHROPIC_API_KEY" in result.output
@@ -68,12 +80,17 @@ def test_run_without_a_key_grades_offline(runner: CliRunner) -> None:
     assert json.loads(result.output)[0]["result"]["metadata"] == {"model": None, "model_calls": 0}
 
 
-@pytest.mark.parametrize(("content", "name", "where"), [
-    ("{oops", "bad.json", "bad.json:1:"),
-    ('{"task": "a"}\n[1]\n', "bad.jsonl", "bad.jsonl:2:"),
-], ids=["a file that is not JSON", "a jsonl with a bad line"])
-def test_bad_input_is_one_line_and_exit_2(runner: CliRunner, tmp_path: Path, content: str, name: str,
-                                          where: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "name", "where"),
+    [
+        ("{oops", "bad.json", "bad.json:1:"),
+        ('{"task": "a"}\n[1]\n', "bad.jsonl", "bad.jsonl:2:"),
+    ],
+    ids=["a file that is not JSON", "a jsonl with a bad line"],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    runner: CliRunner, tmp_path: Path, content: str, name: str, where: str
+) -> None:
     path = tmp_path / name
     path.write_text(content)
     result = runner.invoke(main, ["tools", str(path)])
@@ -85,8 +102,13 @@ def test_bad_input_is_one_line_and_exit_2(runner: CliRunner, tmp_path: Path, con
 def test_the_installed_script_runs_as_a_real_subprocess() -> None:
     script = Path(sys.executable).parent / "attest-otel"
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    proc = subprocess.run([str(script), "tools", str(EXAMPLES / "unrecovered.json")],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [str(script), "tools", str(EXAMPLES / "unrecovered.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "error_silent" in proc.stdout
 

@@ -34,20 +34,31 @@ def test_a_fallback_trace_passes_and_shows_the_recovery(runner: CliRunner) -> No
 
 
 def test_an_unrecovered_error_fails_with_exit_1_and_stands_out(runner: CliRunner) -> None:
-    result = runner.invoke(main, ["grade", "--file", str(TRACES / "vercel__unrecovered_claims.json")])
+    result = runner.invoke(
+        main, ["grade", "--file", str(TRACES / "vercel__unrecovered_claims.json")]
+    )
     assert result.exit_code == 1
     failing = [line for line in result.output.splitlines() if "✗" in line]
     assert len(failing) == 1 and "charge_card" in failing[0] and "error_silent" in failing[0]
 
 
 def test_grade_json_has_traces_runs_and_span_ids(runner: CliRunner) -> None:
-    result = runner.invoke(main, ["grade", "--file", str(TRACES / "pydantic_ai_v2__retry.json"), "--json"])
+    result = runner.invoke(
+        main, ["grade", "--file", str(TRACES / "pydantic_ai_v2__retry.json"), "--json"]
+    )
     data = json.loads(result.output)
     [trace] = data["traces"]
     assert len(trace["trace_id"]) == 32
     [run] = trace["runs"]
-    assert set(run) == {"agent", "span_id", "task", "final_answer", "content_captured",
-                        "stored_grade", "result"}
+    assert set(run) == {
+        "agent",
+        "span_id",
+        "task",
+        "final_answer",
+        "content_captured",
+        "stored_grade",
+        "result",
+    }
     assert run["content_captured"] is True
     assert len(run["span_id"]) == 16
     for finding in run["result"]["findings"]:
@@ -57,16 +68,25 @@ def test_grade_json_has_traces_runs_and_span_ids(runner: CliRunner) -> None:
 
 def test_allowed_tools_and_fallback_flags_override_the_trace(runner: CliRunner) -> None:
     path = str(TRACES / "strands__fallback.json")
-    result = runner.invoke(main, ["grade", "--file", path, "--json", "--allowed-tools", "lookup_order,charge_card"])
-    verdicts = [f["verdict"] for f in json.loads(result.output)["traces"][0]["runs"][0]["result"]["findings"]]
+    result = runner.invoke(
+        main, ["grade", "--file", path, "--json", "--allowed-tools", "lookup_order,charge_card"]
+    )
+    verdicts = [
+        f["verdict"]
+        for f in json.loads(result.output)["traces"][0]["runs"][0]["result"]["findings"]
+    ]
     assert verdicts == ["correct", "correct", "disallowed_tool"]
     assert result.exit_code == 1
 
 
-def test_a_policy_file_entry_for_the_named_agent_wins_over_the_star(runner: CliRunner, tmp_path: Path) -> None:
+def test_a_policy_file_entry_for_the_named_agent_wins_over_the_star(
+    runner: CliRunner, tmp_path: Path
+) -> None:
     policy = tmp_path / "policy.yaml"
-    policy.write_text("agents:\n  billing_agent:\n    allowed_tools: [lookup_order]\n"
-                      "  '*':\n    allowed_tools: null\n")
+    policy.write_text(
+        "agents:\n  billing_agent:\n    allowed_tools: [lookup_order]\n"
+        "  '*':\n    allowed_tools: null\n"
+    )
     path = str(TRACES / "strands__fallback.json")
     result = runner.invoke(main, ["grade", "--file", path, "--json", "--policy", str(policy)])
     findings = json.loads(result.output)["traces"][0]["runs"][0]["result"]["findings"]
@@ -74,17 +94,23 @@ def test_a_policy_file_entry_for_the_named_agent_wins_over_the_star(runner: CliR
     assert result.exit_code == 1
 
 
-def test_a_policy_with_unknown_keys_is_rejected_with_every_problem(runner: CliRunner, tmp_path: Path) -> None:
+def test_a_policy_with_unknown_keys_is_rejected_with_every_problem(
+    runner: CliRunner, tmp_path: Path
+) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text("agents:\n  a:\n    allowed_tool: [x]\n  b:\n    tool_fallbacks: 3\n")
-    result = runner.invoke(main, ["grade", "--file", str(TRACES / "strands__fallback.json"), "--policy", str(policy)])
+    result = runner.invoke(
+        main, ["grade", "--file", str(TRACES / "strands__fallback.json"), "--policy", str(policy)]
+    )
     assert result.exit_code == 2
     assert "allowed_tool" in result.output and "tool_fallbacks" in result.output
     assert result.output.count("\n") == 1
 
 
 def test_a_bad_fallback_flag_is_a_usage_error(runner: CliRunner) -> None:
-    result = runner.invoke(main, ["grade", "--file", str(TRACES / "strands__fallback.json"), "--fallback", "oops"])
+    result = runner.invoke(
+        main, ["grade", "--file", str(TRACES / "strands__fallback.json"), "--fallback", "oops"]
+    )
     assert result.exit_code == 2 and "TOOL=ALTERNATIVE" in result.output
 
 
@@ -96,12 +122,22 @@ def test_a_file_that_is_not_otlp_is_one_line_and_exit_2(runner: CliRunner, tmp_p
     assert result.output.count("\n") == 1 and str(path) in result.output
 
 
-def test_a_trace_with_no_tool_call_says_which_dialects_were_seen(runner: CliRunner, tmp_path: Path) -> None:
-    span = {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "name": "chat gpt-4o",
-            "kind": 3, "startTimeUnixNano": "1", "endTimeUnixNano": "2",
-            "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}]}
+def test_a_trace_with_no_tool_call_says_which_dialects_were_seen(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    span = {
+        "traceId": "0af7651916cd43dd8448eb211c80319c",
+        "spanId": "b7ad6b7169203331",
+        "name": "chat gpt-4o",
+        "kind": 3,
+        "startTimeUnixNano": "1",
+        "endTimeUnixNano": "2",
+        "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}],
+    }
     path = tmp_path / "chat.json.gz"
-    path.write_bytes(gzip.compress(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()))
+    path.write_bytes(
+        gzip.compress(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode())
+    )
     result = runner.invoke(main, ["grade", "--file", str(path)])
     assert result.exit_code == 0, result.output
     assert "no tool call recognised" in result.output and "genai" in result.output
@@ -121,16 +157,30 @@ def test_a_trace_without_content_says_so_and_which_setting_captures_it(runner: C
 
 def test_export_sends_grade_spans_log_events_and_metrics(runner: CliRunner) -> None:
     with OtlpGrpcReceiver() as receiver:
-        result = runner.invoke(main, ["grade", "--file", str(TRACES / "vercel__fallback.json"), "--export",
-                                      "--otlp-endpoint", receiver.endpoint])
+        result = runner.invoke(
+            main,
+            [
+                "grade",
+                "--file",
+                str(TRACES / "vercel__fallback.json"),
+                "--export",
+                "--otlp-endpoint",
+                receiver.endpoint,
+            ],
+        )
         assert result.exit_code == 0, result.output
         assert "sent" in result.output
         [grade_span] = [s for s in receiver.spans() if s.name == "attest.grade"]
         source = json.loads((TRACES / "vercel__fallback.json").read_text().splitlines()[0])
-        assert grade_span.trace_id.hex() == source["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
+        assert (
+            grade_span.trace_id.hex()
+            == source["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
+        )
         assert len(grade_span.links) == 2  # charge_card, then its fallback
         assert receiver.log_records()
-        assert receiver.wait_for(lambda r: any(m.name == "attest.tool_use.calls" for m in r.metrics()), timeout=10)
+        assert receiver.wait_for(
+            lambda r: any(m.name == "attest.tool_use.calls" for m in r.metrics()), timeout=10
+        )
 
 
 def test_export_to_a_dead_endpoint_fails_in_one_line_quickly(runner: CliRunner) -> None:
@@ -138,8 +188,17 @@ def test_export_to_a_dead_endpoint_fails_in_one_line_quickly(runner: CliRunner) 
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     start = time.monotonic()
-    result = runner.invoke(main, ["grade", "--file", str(TRACES / "vercel__fallback.json"), "--export",
-                                  "--otlp-endpoint", f"http://127.0.0.1:{port}"])
+    result = runner.invoke(
+        main,
+        [
+            "grade",
+            "--file",
+            str(TRACES / "vercel__fallback.json"),
+            "--export",
+            "--otlp-endpoint",
+            f"http://127.0.0.1:{port}",
+        ],
+    )
     assert time.monotonic() - start < 20
     assert result.exit_code == 4  # the pipeline failed, not the agent (that is 1)
     assert [line for line in result.output.splitlines() if line.startswith("attest-otel: error:")]

@@ -37,8 +37,15 @@ def test_misspelt_run_keys_are_warned_with_the_likely_key_and_strict_makes_them_
     runner: CliRunner, tmp_path: Path
 ) -> None:
     run = tmp_path / "run.json"
-    run.write_text(json.dumps({"taks": "Refund order 42", "stepz": [],
-                               "steps": [{"tool_call": {"name": "refund", "outptu": "ok"}}]}))
+    run.write_text(
+        json.dumps(
+            {
+                "taks": "Refund order 42",
+                "stepz": [],
+                "steps": [{"tool_call": {"name": "refund", "outptu": "ok"}}],
+            }
+        )
+    )
     result = runner.invoke(main, ["tools", str(run)])
     assert result.exit_code == 1  # graded as read: the unread `outptu` leaves no output, an error
     warnings = [x for x in result.stderr.splitlines() if x.startswith("attest-otel: warning:")]
@@ -89,16 +96,19 @@ def test_a_policy_agent_that_matches_no_run_is_warned_with_the_closest_name(
     runner: CliRunner, tmp_path: Path
 ) -> None:
     policy = tmp_path / "policy.yaml"
-    policy.write_text("agents:\n  billing_agnet:\n    allowed_tools: [lookup_invoice]\n"
-                      "  '*':\n    tool_fallbacks: {search: [search_backup]}\n")
+    policy.write_text(
+        "agents:\n  billing_agnet:\n    allowed_tools: [lookup_invoice]\n"
+        "  '*':\n    tool_fallbacks: {search: [search_backup]}\n"
+    )
     result = runner.invoke(main, ["grade", "--file", str(TRACE), "--policy", str(policy)])
     assert result.exit_code == 1  # graded (the run fails on its own error)
     assert result.stderr.splitlines()[0] == (
         f"attest-otel: warning: policy {policy}: agent 'billing_agnet' matches no run "
         "(did you mean 'billing_agent'?)"
     )
-    strict = runner.invoke(main, ["grade", "--strict", "--file", str(TRACE),
-                                  "--policy", str(policy)])
+    strict = runner.invoke(
+        main, ["grade", "--strict", "--file", str(TRACE), "--policy", str(policy)]
+    )
     assert strict.exit_code == 2
 
 
@@ -123,25 +133,33 @@ def test_tools_on_an_otlp_file_says_to_use_grade_file(runner: CliRunner, tmp_pat
 
 def test_reasons_are_wrapped_to_the_terminal_not_cut(runner: CliRunner) -> None:
     run = str(EXAMPLES / "runs" / "unrecovered.json")
-    reason = ("The tool returned an error and nothing recovered it; no model was available "
-              "to read the final answer.")
+    reason = (
+        "The tool returned an error and nothing recovered it; no model was available "
+        "to read the final answer."
+    )
     wide = runner.invoke(main, ["tools", run], env={"COLUMNS": "200"})
     assert any(line.strip() == reason for line in wide.stdout.splitlines())
     narrow = runner.invoke(main, ["tools", run], env={"COLUMNS": "60"})
     lines = narrow.stdout.splitlines()
     start = next(i for i, x in enumerate(lines) if x.strip().startswith("The tool returned"))
-    joined = " ".join(x.strip() for x in lines[start:start + 3])
+    joined = " ".join(x.strip() for x in lines[start : start + 3])
     assert joined.startswith(reason)  # every word there, none cut off
-    assert all(len(x) <= 60 for x in lines[start:start + 2])
+    assert all(len(x) <= 60 for x in lines[start : start + 2])
 
 
 def test_a_reader_that_closes_the_pipe_early_gets_exit_141_and_one_line() -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # like `| head -0`: nobody will read
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC"))}
-    done = subprocess.run([sys.executable, "-m", "attest_otel.cli", "grade", "--file", str(TRACE)],
-                          stdout=write_end, stderr=subprocess.PIPE, text=True, env=env,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "attest_otel.cli", "grade", "--file", str(TRACE)],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     os.close(write_end)
     assert done.returncode == 141
     assert done.stderr == "attest-otel: stdout was closed before the output ended\n"

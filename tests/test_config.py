@@ -74,8 +74,7 @@ version: 2
         load_policy(write(tmp_path, text))
     assert info.value.problems == [
         "agents.billing_agent.allowed_tools (line 3): expected a list of strings, got a string",
-        "agents.billing_agent.tool_fallback (line 4): unknown key "
-        "(did you mean 'tool_fallbacks'?)",
+        "agents.billing_agent.tool_fallback (line 4): unknown key (did you mean 'tool_fallbacks'?)",
         "agents.'' (line 5): empty agent name",
         "agents.support.tool_fallbacks.search[0] (line 8): expected a string, got a number",
         "agents.support.tool_fallbacks.search[1] (line 8): empty tool name",
@@ -197,7 +196,9 @@ def test_values_name_environment_variables_and_dollar_dollar_is_a_dollar() -> No
     policy = parse_policy(ENV_POLICY, environ={"PAY": "charge_card"})
     # Keys are never expanded: the file's shape is what its author wrote.
     assert policy.for_agent("${env:NOT_A_KEY}").allowed_tools == [
-        "charge_card", "pay_with_paypal", "lookup_${env:X}",
+        "charge_card",
+        "pay_with_paypal",
+        "lookup_${env:X}",
     ]
 
 
@@ -222,8 +223,11 @@ def test_an_unset_variable_without_a_default_is_one_problem_naming_it_and_its_ke
 
 
 def test_a_reference_other_than_env_is_refused() -> None:
-    with pytest.raises(PolicyError, match=r"allowed_tools\[0\] \(line 3\): unsupported "
-                                          r"reference \$\{file:/etc/x\}"):
+    with pytest.raises(
+        PolicyError,
+        match=r"allowed_tools\[0\] \(line 3\): unsupported "
+        r"reference \$\{file:/etc/x\}",
+    ):
         parse_policy("agents:\n  a:\n    allowed_tools: ['${file:/etc/x}']\n", environ={})
 
 

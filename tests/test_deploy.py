@@ -60,8 +60,16 @@ def test_the_compose_file_follows_the_compose_specification_schema() -> None:
 
 def test_the_compose_file_brings_up_the_whole_story_with_every_tag_pinned() -> None:
     services = _compose()["services"]
-    assert {"otelcol", "attest-otel", "tempo", "jaeger", "loki", "prometheus", "grafana",
-            "agent"} <= set(services)
+    assert {
+        "otelcol",
+        "attest-otel",
+        "tempo",
+        "jaeger",
+        "loki",
+        "prometheus",
+        "grafana",
+        "agent",
+    } <= set(services)
     for name, service in services.items():
         image = service["image"]
         repo, _, tag = image.rpartition(":")
@@ -70,7 +78,9 @@ def test_the_compose_file_brings_up_the_whole_story_with_every_tag_pinned() -> N
     dockerfile_from = [args.split()[0] for word, args in _dockerfile() if word == "FROM"]
     assert dockerfile_from and all(re.search(r":\d", image) for image in dockerfile_from)
     otelcol_tag = services["otelcol"]["image"].rpartition(":")[2]
-    assert f"otelcol-contrib {otelcol_tag}" in (ROOT / "collector-config" / "otelcol.yaml").read_text()
+    assert (
+        f"otelcol-contrib {otelcol_tag}" in (ROOT / "collector-config" / "otelcol.yaml").read_text()
+    )
 
 
 def test_every_file_the_compose_file_and_the_dockerfile_use_is_there() -> None:
@@ -108,10 +118,13 @@ def test_the_dockerfiles_install_step_works_in_a_plain_venv_and_its_health_check
             *sources, dest = shlex.split(args)
             for source in sources:
                 src = ROOT / source
-                target = context / (source if dest.endswith("/") or dest == "./" else
-                                    dest.removeprefix("./"))
+                target = context / (
+                    source if dest.endswith("/") or dest == "./" else dest.removeprefix("./")
+                )
                 if src.is_dir():
-                    shutil.copytree(src, target, ignore=shutil.ignore_patterns("_proto", "__pycache__"))
+                    shutil.copytree(
+                        src, target, ignore=shutil.ignore_patterns("_proto", "__pycache__")
+                    )
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(src, target)
@@ -119,25 +132,48 @@ def test_the_dockerfiles_install_step_works_in_a_plain_venv_and_its_health_check
     venv = tmp_path / "opt" / "attest-otel"
     command = run.replace("/opt/attest-otel", str(venv))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_"))}
-    done = subprocess.run(command, shell=True, cwd=context, env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+    done = subprocess.run(
+        command,
+        shell=True,
+        cwd=context,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "attest-otel, version" in done.stdout
 
     (check,) = [args for word, args in _dockerfile() if word == "HEALTHCHECK"]
-    probe = json.loads(check[check.index("CMD") + 3:].strip())
+    probe = json.loads(check[check.index("CMD") + 3 :].strip())
     with _started(Downstream()) as downstream:
         port = free_port()
         serve = subprocess.Popen(
-            [str(venv / "bin" / "attest-otel"), "serve", "--grpc-endpoint", f"127.0.0.1:{free_port()}",
-             "--http-endpoint", f"127.0.0.1:{port}", "--forward-endpoint", downstream.endpoint,
-             "--store", str(tmp_path / "store.db")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                str(venv / "bin" / "attest-otel"),
+                "serve",
+                "--grpc-endpoint",
+                f"127.0.0.1:{free_port()}",
+                "--http-endpoint",
+                f"127.0.0.1:{port}",
+                "--forward-endpoint",
+                downstream.endpoint,
+                "--store",
+                str(tmp_path / "store.db"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             probe = [str(venv / "bin" / "python") if probe[0] == "python" else probe[0], *probe[1:]]
             probe[-1] = probe[-1].replace("24318", str(port))
             for _ in range(100):
-                if subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0:
+                if (
+                    subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode
+                    == 0
+                ):
                     break
                 assert serve.poll() is None, serve.stderr.read() if serve.stderr else ""
                 time.sleep(0.2)
@@ -170,7 +206,9 @@ def test_the_collector_config_uses_current_names_and_sends_each_signal_where_it_
         for kind in ("receivers", "processors", "exporters"):
             for component in pipeline.get(kind, []):
                 assert component in config[kind], f"{name}: {component} is not defined"
-    endpoint = {name: e.get("endpoint") or e.get("metrics_endpoint") for name, e in exporters.items()}
+    endpoint = {
+        name: e.get("endpoint") or e.get("metrics_endpoint") for name, e in exporters.items()
+    }
     logs = [endpoint[e] for e in pipelines["logs/out"]["exporters"]]
     metrics = [endpoint[e] for e in pipelines["metrics/out"]["exporters"]]
     assert logs == ["http://loki:3100/otlp"]  # not Tempo, which takes traces only
@@ -208,13 +246,23 @@ def test_the_stacks_agent_sends_runs_the_sidecar_grades(tmp_path: Path) -> None:
             sidecar.start()
             env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
             env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://{sidecar.grpc_endpoint}"
-            subprocess.run([sys.executable, str(DEPLOY / "agent.py"), "--once"], env=env,
-                           timeout=60, check=True)
+            subprocess.run(
+                [sys.executable, str(DEPLOY / "agent.py"), "--once"],
+                env=env,
+                timeout=60,
+                check=True,
+            )
+
             def verdicts(d: Downstream) -> set[str]:
-                return {kv.value.string_value for s in d.spans() for kv in s.attributes
-                        if kv.key == "attest.verdict"}
+                return {
+                    kv.value.string_value
+                    for s in d.spans()
+                    for kv in s.attributes
+                    if kv.key == "attest.verdict"
+                }
 
             assert downstream.wait_for(lambda d: {"correct", "error_silent"} <= verdicts(d)), (
-                sidecar.log())
+                sidecar.log()
+            )
         finally:
             sidecar.stop_quietly()

@@ -22,7 +22,11 @@ def test_a_json_file_holds_one_run_read_field_by_field() -> None:
     call = run.steps[1].tool_call
     assert call is not None
     assert (call.name, call.arguments, call.output, call.is_error) == (
-        "charge_card", {"order": 42}, "status 402", True)
+        "charge_card",
+        {"order": 42},
+        "status 402",
+        True,
+    )
     assert run.final_answer == "Refunded 19.50 to the customer's card."
 
 
@@ -74,29 +78,50 @@ BAD = [
     ("bad.json", "{not json", "bad.json:1: not valid JSON"),
     ("list.json", "[1, 2]", "list.json: a run must be a JSON object, got a list"),
     ("type.json", '{"task": 3}', "type.json: task: expected a string, got a number"),
-    ("call.json", '{"steps": [{"tool_call": {"arguments": {}}}]}',
-     "call.json: steps[0].tool_call.name: required string is missing"),
-    ("flag.json", '{"steps": [{"tool_call": {"name": "a", "is_error": "yes"}}]}',
-     "flag.json: steps[0].tool_call.is_error: expected true, false or null, got a string"),
-    ("allowed.json", '{"allowed_tools": "a,b"}', "allowed.json: allowed_tools: expected a list of strings"),
-    ("fallbacks.json", '{"tool_fallbacks": {"a": "b"}}',
-     "fallbacks.json: tool_fallbacks.a: expected a list of strings, got a string"),
+    (
+        "call.json",
+        '{"steps": [{"tool_call": {"arguments": {}}}]}',
+        "call.json: steps[0].tool_call.name: required string is missing",
+    ),
+    (
+        "flag.json",
+        '{"steps": [{"tool_call": {"name": "a", "is_error": "yes"}}]}',
+        "flag.json: steps[0].tool_call.is_error: expected true, false or null, got a string",
+    ),
+    (
+        "allowed.json",
+        '{"allowed_tools": "a,b"}',
+        "allowed.json: allowed_tools: expected a list of strings",
+    ),
+    (
+        "fallbacks.json",
+        '{"tool_fallbacks": {"a": "b"}}',
+        "fallbacks.json: tool_fallbacks.a: expected a list of strings, got a string",
+    ),
     ("runs.jsonl", '{"task": "ok"}\n{"task": "ok"}\n{broken\n', "runs.jsonl:3: not valid JSON"),
-    ("typed.jsonl", '{"task": "ok"}\n{"steps": 5}\n', "typed.jsonl:2: steps: expected a list, got a number"),
+    (
+        "typed.jsonl",
+        '{"task": "ok"}\n{"steps": 5}\n',
+        "typed.jsonl:2: steps: expected a list, got a number",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "text", "message"), BAD, ids=[
-    "a file that is not JSON names the file and line",
-    "a run that is not an object says what it is",
-    "a field of the wrong type names the field",
-    "a tool call without a name names the missing field",
-    "is_error must be a boolean",
-    "allowed_tools must be a list of strings",
-    "each fallback list must be a list of strings",
-    "a bad line of a jsonl names its line",
-    "a wrongly typed field of a jsonl names its line",
-])
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    BAD,
+    ids=[
+        "a file that is not JSON names the file and line",
+        "a run that is not an object says what it is",
+        "a field of the wrong type names the field",
+        "a tool call without a name names the missing field",
+        "is_error must be a boolean",
+        "allowed_tools must be a list of strings",
+        "each fallback list must be a list of strings",
+        "a bad line of a jsonl names its line",
+        "a wrongly typed field of a jsonl names its line",
+    ],
+)
 def test_bad_files_get_one_line_naming_file_line_and_problem(
     tmp_path: Path, name: str, text: str, message: str
 ) -> None:

@@ -15,19 +15,38 @@ ROOT = Path(__file__).parents[1]
 
 def _run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
     test = tmp_path / "test_wants.py"
-    test.write_text("from tests.needs import program\n\n"
-                    "def test_wants_it() -> None:\n"
-                    "    program('attest-otel-no-such-program', 'no-such-package')\n\n"
-                    "def test_other() -> None:\n"
-                    "    assert True\n")
+    test.write_text(
+        "from tests.needs import program\n\n"
+        "def test_wants_it() -> None:\n"
+        "    program('attest-otel-no-such-program', 'no-such-package')\n\n"
+        "def test_other() -> None:\n"
+        "    assert True\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci is not None:
         env["CI"] = ci
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest",
-                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(test)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(test),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_a_missing_program_is_a_skip_named_in_the_last_line(tmp_path: Path) -> None:

@@ -69,14 +69,11 @@ def test_an_unknown_attribute_is_still_an_attribute_error() -> None:
 def test_importing_the_package_stays_cheap() -> None:
     """`import attest_otel` in a CLI or a test must not pay for a model SDK, protobuf,
     OpenTelemetry, YAML, or `importlib.metadata` (read only when `__version__` is)."""
-    heavy = ("anthropic", "google.protobuf", "opentelemetry", "yaml", "grpc",
-             "importlib.metadata")
-    code = (
-        "import sys, attest_otel; "
-        f"print([m for m in {heavy!r} if m in sys.modules])"
+    heavy = ("anthropic", "google.protobuf", "opentelemetry", "yaml", "grpc", "importlib.metadata")
+    code = f"import sys, attest_otel; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
 
 
@@ -111,8 +108,9 @@ def test_an_error_class_defined_outside_errors_py_is_named_there_as_internal() -
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if not isinstance(node, ast.ClassDef) or node.name in names:
                     continue
-                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
-                         for b in node.bases}
+                bases = {
+                    b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+                }
                 if bases & names:
                     names.add(node.name)
                     grew = True
@@ -139,8 +137,15 @@ def _readme_codes() -> dict[str, int]:
 
 def test_the_tree_has_every_error_class() -> None:
     assert {c.__name__ for c in ERRORS} == {
-        "AttestOtelError", "UsageError", "ModelError", "InputError", "PolicyError",
-        "SourceError", "TraceNotFoundError", "ExportError", "ListenError",
+        "AttestOtelError",
+        "UsageError",
+        "ModelError",
+        "InputError",
+        "PolicyError",
+        "SourceError",
+        "TraceNotFoundError",
+        "ExportError",
+        "ListenError",
     }
 
 
@@ -151,8 +156,9 @@ def test_every_error_is_exported_drawn_and_in_the_readme_with_its_exit_code(
     name = cls.__name__
     assert getattr(attest_otel, name) is cls and name in attest_otel.__all__
     assert name in errors.__all__
-    drawn = re.search(rf"[├└]── {name}\s+exit (\d)|^    {name}\s+exit (\d)", errors.__doc__ or "",
-                      re.MULTILINE)
+    drawn = re.search(
+        rf"[├└]── {name}\s+exit (\d)|^    {name}\s+exit (\d)", errors.__doc__ or "", re.MULTILINE
+    )
     assert drawn is not None, f"{name} is not drawn in errors.py's docstring"
     assert int(drawn.group(1) or drawn.group(2)) == cls.exit_code
     if cls is not errors.AttestOtelError:
@@ -189,8 +195,9 @@ def test_the_cli_exits_2_with_one_line_when_a_model_check_has_no_model(tmp_path:
 
     run_file = tmp_path / "run.json"
     run_file.write_text('{"task": "t", "steps": []}', encoding="utf-8")
-    result = CliRunner().invoke(main, ["tools", str(run_file), "--check-answer"],
-                                env={"ANTHROPIC_API_KEY": ""})
+    result = CliRunner().invoke(
+        main, ["tools", str(run_file), "--check-answer"], env={"ANTHROPIC_API_KEY": ""}
+    )
     assert result.exit_code == 2
     assert "no model is available" in result.output and "Traceback" not in result.output
 
@@ -201,8 +208,11 @@ def test_the_cli_exits_2_with_one_line_when_a_model_check_has_no_model(tmp_path:
 def test_the_literals_hold_the_words_the_readme_documents() -> None:
     assert typing.get_args(model.Verdict) == ("pass", "review", "fail")
     assert set(typing.get_args(model.Severity)) == {"pass", "warn", "fail"}
-    table = re.findall(r"^\| `(\w+)` \| (\w+) \| ", README.split("## The rules", 1)[1]
-                       .split("\n## ", 1)[0], re.MULTILINE)
+    table = re.findall(
+        r"^\| `(\w+)` \| (\w+) \| ",
+        README.split("## The rules", 1)[1].split("\n## ", 1)[0],
+        re.MULTILINE,
+    )
     assert tuple(v for v, _ in table) == typing.get_args(model.FindingVerdict)
     assert dict(table) == rules.VERDICT_SEVERITY
 
@@ -243,8 +253,11 @@ def _resolve(cited: str) -> Path | None:
 
 
 def _headings(doc: Path) -> list[str]:
-    return [line.lstrip("#").strip() for line in doc.read_text(encoding="utf-8").splitlines()
-            if line.startswith("#")]
+    return [
+        line.lstrip("#").strip()
+        for line in doc.read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    ]
 
 
 def _citations() -> list[tuple[str, re.Match[str]]]:
@@ -252,8 +265,9 @@ def _citations() -> list[tuple[str, re.Match[str]]]:
     for path in _sources():
         text = path.read_text(encoding="utf-8")
         for match in _CITATION.finditer(text):
-            found.append((f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}",
-                          match))
+            found.append(
+                (f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}", match)
+            )
     return found
 
 
@@ -281,14 +295,22 @@ def test_every_document_a_docstring_cites_is_in_the_repository(
 
 
 def test_no_source_mentions_the_shared_notes_outside_the_repository() -> None:
-    bad = [str(p.relative_to(ROOT)) for p in _sources()
-           if re.search(r"\bshared/|spec/rules\.md", p.read_text(encoding="utf-8"))]
+    bad = [
+        str(p.relative_to(ROOT))
+        for p in _sources()
+        if re.search(r"\bshared/|spec/rules\.md", p.read_text(encoding="utf-8"))
+    ]
     assert bad == []
 
 
 def test_the_citation_check_catches_a_document_outside_the_clone() -> None:
-    for text in ("see ../shared/spec/rules.md", "(dialects.md §7)", "pipeline.md f.",
-                 'docs/rules.md, "No such heading"', "docs/rules.md, point 99"):
+    for text in (
+        "see ../shared/spec/rules.md",
+        "(dialects.md §7)",
+        "pipeline.md f.",
+        'docs/rules.md, "No such heading"',
+        "docs/rules.md, point 99",
+    ):
         match = _CITATION.search(text)
         assert match is not None
         doc = _resolve(match["path"])

@@ -42,8 +42,9 @@ def test_every_path_the_docs_name_is_in_the_repository(doc: str) -> None:
     links = re.findall(r"\]\(([^)#]+)\)", text)
     assert [link for link in links if link.startswith("..") or link.startswith("/")] == []
     assert "../" not in text
-    named = set(re.findall(r"`((?:collector-config|deploy|tools|docs|examples|proto)/[\w./-]+)`",
-                           text))
+    named = set(
+        re.findall(r"`((?:collector-config|deploy|tools|docs|examples|proto)/[\w./-]+)`", text)
+    )
     assert named and [p for p in named if not (ROOT / p).exists()] == []
 
 

@@ -55,8 +55,15 @@ def test_impossible_counts_are_refused(passed: int, total: int) -> None:
 
 
 def _finding(tool: str, verdict: str = "correct", severity: str = "pass") -> dict[str, object]:
-    return {"subject": tool, "verdict": verdict, "severity": severity, "reason": "", "step": 0,
-            "evidence": None, "metadata": {}}
+    return {
+        "subject": tool,
+        "verdict": verdict,
+        "severity": severity,
+        "reason": "",
+        "step": 0,
+        "evidence": None,
+        "metadata": {},
+    }
 
 
 def _record(
@@ -66,18 +73,35 @@ def _record(
     warned = sum(f["severity"] == "warn" for f in findings)
     correct = sum(f["verdict"] == "correct" for f in findings)
     verdict = "fail" if failed else ("review" if warned else "pass")
-    return GradeRecord(trace, agent, t, {
-        "check": "tool_use", "passed": not failed, "verdict": verdict,
-        "score": correct / len(findings) if findings else 1.0,
-        "summary": summary, "findings": findings, "metadata": {},
-    })
+    return GradeRecord(
+        trace,
+        agent,
+        t,
+        {
+            "check": "tool_use",
+            "passed": not failed,
+            "verdict": verdict,
+            "score": correct / len(findings) if findings else 1.0,
+            "summary": summary,
+            "findings": findings,
+            "metadata": {},
+        },
+    )
 
 
 RECORDS = [
     _record("t1", "billing", 1, [_finding("lookup"), _finding("charge")]),
-    _record("t2", "billing", 2, [_finding("lookup"),
-                                 _finding("charge", "error_silent", "fail"),
-                                 _finding("charge", "error_silent", "fail")], "charge failed twice"),
+    _record(
+        "t2",
+        "billing",
+        2,
+        [
+            _finding("lookup"),
+            _finding("charge", "error_silent", "fail"),
+            _finding("charge", "error_silent", "fail"),
+        ],
+        "charge failed twice",
+    ),
     _record("t3", "billing", 3, [_finding("charge", "error_silent", "fail")], "charge failed"),
     _record("t4", "support", 4, [_finding("search")]),
     _record("t5", None, 5, [_finding("delete", "disallowed_tool", "fail")], "deleted an order"),
@@ -88,10 +112,13 @@ RECORDS = [
 def test_agents_are_rated_by_runs_passed_worst_first() -> None:
     rates = pass_rates_by_agent(RECORDS)
     assert [(r.name, r.passed, r.total) for r in rates] == [
-        (NO_AGENT, 0, 1), ("billing", 1, 3), ("support", 2, 2),
+        (NO_AGENT, 0, 1),
+        ("billing", 1, 3),
+        ("support", 2, 2),
     ]
     assert (rates[1].low, rates[1].high) == (
-        pytest.approx(0.0615, abs=5e-5), pytest.approx(0.7923, abs=5e-5)
+        pytest.approx(0.0615, abs=5e-5),
+        pytest.approx(0.7923, abs=5e-5),
     )
 
 
@@ -115,7 +142,9 @@ def test_problems_are_verdict_and_tool_pairs_most_frequent_first_with_the_latest
 def test_worst_runs_are_lowest_score_first_with_their_trace_ids() -> None:
     worst = worst_runs(RECORDS, limit=3)
     assert [(w.trace_id, w.score, w.failed_calls) for w in worst] == [
-        ("t5", 0.0, 1), ("t3", 0.0, 1), ("t6", 0.0, 0),
+        ("t5", 0.0, 1),
+        ("t3", 0.0, 1),
+        ("t6", 0.0, 0),
     ]
 
 
@@ -128,12 +157,22 @@ def test_the_report_keeps_only_the_window() -> None:
 def test_the_json_report_has_rates_intervals_and_trace_ids() -> None:
     data = build_report(RECORDS, since_ns=None, until_ns=10).to_dict()
     json.dumps(data)  # serialisable as it is
-    assert data["runs"] == {"name": "all runs", "passed": 3, "total": 6, "rate": 0.5,
-                            "interval": [pytest.approx(0.1876, abs=5e-5),
-                                         pytest.approx(0.8124, abs=5e-5)]}
-    assert data["tools"][0] == {"name": "delete", "passed": 0, "total": 1, "calls": 1,
-                                "failed_calls": 1, "rate": 0.0,
-                                "interval": [0.0, pytest.approx(0.7935, abs=5e-5)]}
+    assert data["runs"] == {
+        "name": "all runs",
+        "passed": 3,
+        "total": 6,
+        "rate": 0.5,
+        "interval": [pytest.approx(0.1876, abs=5e-5), pytest.approx(0.8124, abs=5e-5)],
+    }
+    assert data["tools"][0] == {
+        "name": "delete",
+        "passed": 0,
+        "total": 1,
+        "calls": 1,
+        "failed_calls": 1,
+        "rate": 0.0,
+        "interval": [0.0, pytest.approx(0.7935, abs=5e-5)],
+    }
     assert data["worst_runs"][0]["trace_id"] == "t5"
 
 
@@ -144,8 +183,9 @@ def test_the_text_report_is_a_few_short_tables() -> None:
         "Tool use of graded agent runs, since 1970-01-01T00:00:00Z (until 1970-01-01T00:00:01Z)"
     )
     assert "Runs passed: 3/6 = 50.0% (95% CI 18.8% - 81.2%)" in lines
-    assert any(line.split() == ["billing", "3", "1", "33.3%", "6.1%", "-", "79.2%"]
-               for line in lines)
+    assert any(
+        line.split() == ["billing", "3", "1", "33.3%", "6.1%", "-", "79.2%"] for line in lines
+    )
     assert any(line.split()[:5] == ["3", "2", "error_silent", "charge", "t3"] for line in lines)
     assert max(len(line) for line in lines) <= 100
 

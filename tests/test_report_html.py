@@ -28,30 +28,49 @@ from attest_otel.store import StoredGrade, TraceStore
 from tests.needs import program
 
 
-def _finding(tool: str, verdict: str = "correct", severity: str = "pass",
-             recovery: str | None = None) -> dict[str, object]:
-    return {"subject": tool, "verdict": verdict, "severity": severity, "reason": "", "step": 0,
-            "evidence": None, "metadata": {"recovery": recovery} if recovery else {}}
+def _finding(
+    tool: str, verdict: str = "correct", severity: str = "pass", recovery: str | None = None
+) -> dict[str, object]:
+    return {
+        "subject": tool,
+        "verdict": verdict,
+        "severity": severity,
+        "reason": "",
+        "step": 0,
+        "evidence": None,
+        "metadata": {"recovery": recovery} if recovery else {},
+    }
 
 
 def _result(findings: list[dict[str, object]], summary: str = "") -> dict[str, object]:
     failed = any(f["severity"] == "fail" for f in findings)
     correct = sum(f["verdict"] == "correct" for f in findings)
-    return {"check": "tool_use", "passed": not failed, "verdict": "fail" if failed else "pass",
-            "score": correct / len(findings) if findings else 1.0, "summary": summary,
-            "findings": findings, "metadata": {}}
+    return {
+        "check": "tool_use",
+        "passed": not failed,
+        "verdict": "fail" if failed else "pass",
+        "score": correct / len(findings) if findings else 1.0,
+        "summary": summary,
+        "findings": findings,
+        "metadata": {},
+    }
 
 
 RESULTS = [
     ("a1" * 16, "billing", [_finding("lookup"), _finding("charge", recovery="retried")]),
     ("b2" * 16, "billing", [_finding("charge", "error_silent", "fail", "silent")]),
-    ("c3" * 16, "billing", [_finding("charge", "error_claimed_success", "fail",
-                                     "claimed_success")]),
+    (
+        "c3" * 16,
+        "billing",
+        [_finding("charge", "error_claimed_success", "fail", "claimed_success")],
+    ),
     ("d4" * 16, "support", [_finding("search"), _finding("search")]),
     ("e5" * 16, "support <script>", [_finding("delete", "disallowed_tool", "fail")]),
 ]
-RECORDS = [GradeRecord(t, a, i, _result(f, f"summary of {t[:4]}"), span_id="00f067aa0ba902b7")
-           for i, (t, a, f) in enumerate(RESULTS)]
+RECORDS = [
+    GradeRecord(t, a, i, _result(f, f"summary of {t[:4]}"), span_id="00f067aa0ba902b7")
+    for i, (t, a, f) in enumerate(RESULTS)
+]
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
@@ -85,19 +104,39 @@ def proxy() -> Iterator[tuple[int, list[str]]]:
         thread.join(5)
 
 
-def _chromium(page: Path, tmp: Path, proxy_port: int, *mode: str) -> subprocess.CompletedProcess[str]:
+def _chromium(
+    page: Path, tmp: Path, proxy_port: int, *mode: str
+) -> subprocess.CompletedProcess[str]:
     profile = tmp / f"profile-{time.monotonic_ns()}"
     return subprocess.run(
-        [program("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-default-apps", "--disable-extensions", "--no-pings",
-         "--disable-client-side-phishing-detection", "--disable-domain-reliability",
-         "--disable-features=NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,"
-         "Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater",
-         f"--user-data-dir={profile}",
-         f"--proxy-server=http://127.0.0.1:{proxy_port}", "--proxy-bypass-list=<-loopback>",
-         "--window-size=1200,2400", "--virtual-time-budget=3000", *mode, page.as_uri()],
-        capture_output=True, text=True, timeout=90, check=False,
+        [
+            program("chromium"),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+            "--disable-extensions",
+            "--no-pings",
+            "--disable-client-side-phishing-detection",
+            "--disable-domain-reliability",
+            "--disable-features=NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,"
+            "Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater",
+            f"--user-data-dir={profile}",
+            f"--proxy-server=http://127.0.0.1:{proxy_port}",
+            "--proxy-bypass-list=<-loopback>",
+            "--window-size=1200,2400",
+            "--virtual-time-budget=3000",
+            *mode,
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
     )
 
 
@@ -110,10 +149,10 @@ def _png_colours(path: Path) -> int:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat = 8, b""
     while pos < len(data):
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        kind = data[pos + 4:pos + 8]
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind = data[pos + 4 : pos + 8]
         if kind == b"IDAT":
-            idat += data[pos + 8:pos + 8 + length]
+            idat += data[pos + 8 : pos + 8 + length]
         pos += 12 + length
     return len(set(zlib.decompress(idat)))
 
@@ -157,8 +196,13 @@ def _store(path: Path) -> None:
     now = time.time_ns()
     with TraceStore(path) as store:
         for i, record in enumerate(RECORDS):
-            grade = StoredGrade(record.trace_id, f"{i:016x}", record.agent, now - 60 * 10**9 + i,
-                                dict(record.result))
+            grade = StoredGrade(
+                record.trace_id,
+                f"{i:016x}",
+                record.agent,
+                now - 60 * 10**9 + i,
+                dict(record.result),
+            )
             store.put_trace(record.trace_id, b"", 0, [grade], now_ns=now - 60 * 10**9 + i)
 
 
@@ -166,10 +210,18 @@ def _store(path: Path) -> None:
     ("flags", "code", "says"),
     [
         pytest.param(["--fail-under", "30%"], 0, None, id="above the bar passes"),
-        pytest.param(["--fail-under", "0.5"], 1, "all runs 40.0% < 50.0%", id="below the bar fails"),
-        pytest.param(["--agent-fail-under", "50%"], 1, "agent billing 33.3% < 50.0%",
-                     id="one agent below its bar fails"),
-        pytest.param(["--fail-under", "150%"], 2, "between 0 and 1", id="a rate above 100% is a usage error"),
+        pytest.param(
+            ["--fail-under", "0.5"], 1, "all runs 40.0% < 50.0%", id="below the bar fails"
+        ),
+        pytest.param(
+            ["--agent-fail-under", "50%"],
+            1,
+            "agent billing 33.3% < 50.0%",
+            id="one agent below its bar fails",
+        ),
+        pytest.param(
+            ["--fail-under", "150%"], 2, "between 0 and 1", id="a rate above 100% is a usage error"
+        ),
     ],
 )
 def test_report_fail_under_gates_on_the_pass_rate(
@@ -197,11 +249,31 @@ def test_report_html_writes_the_page_and_refuses_a_trace_url_without_a_trace_id(
     db = tmp_path / "store.db"
     _store(db)
     page = tmp_path / "r.html"
-    result = CliRunner().invoke(main, ["report", "--from", f"store:{db}", "--html", str(page),
-                                       "--trace-url", "http://jaeger:16686/trace/{trace_id}"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "report",
+            "--from",
+            f"store:{db}",
+            "--html",
+            str(page),
+            "--trace-url",
+            "http://jaeger:16686/trace/{trace_id}",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert 'id="chart-agents"' in page.read_text()
-    result = CliRunner().invoke(main, ["report", "--from", f"store:{db}", "--html", str(page),
-                                       "--trace-url", "http://jaeger:16686/"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "report",
+            "--from",
+            f"store:{db}",
+            "--html",
+            str(page),
+            "--trace-url",
+            "http://jaeger:16686/",
+        ],
+    )
     assert result.exit_code == 2
     assert "{trace_id}" in result.stderr

@@ -30,9 +30,22 @@ TRACES = Path(__file__).parent / "fixtures" / "traces"
 
 
 def _grade(trace_id: str, span_id: str, verdict: str = "pass", **extra: Any) -> StoredGrade:
-    return StoredGrade(trace_id, span_id, "agent", 5, {
-        "check": "tool_use", "passed": verdict == "pass", "verdict": verdict, "score": 1.0,
-        "summary": "ok", "findings": [], "metadata": {}, **extra})
+    return StoredGrade(
+        trace_id,
+        span_id,
+        "agent",
+        5,
+        {
+            "check": "tool_use",
+            "passed": verdict == "pass",
+            "verdict": verdict,
+            "score": 1.0,
+            "summary": "ok",
+            "findings": [],
+            "metadata": {},
+            **extra,
+        },
+    )
 
 
 def _store(postgres: Postgres, **kw: Any) -> PostgresStore:
@@ -53,11 +66,16 @@ def test_parts_are_stored_once_and_a_write_that_missed_a_part_is_stale(postgres:
         assert (got.data, got.span_count) == (b"\x0a\x01x\x0a\x01y", 3)
         assert got.parts == (part_digest(b"\x0a\x01x"), part_digest(b"\x0a\x01y"))
         # the union's grade: one run, the partial run's grade goes
-        assert store.put_trace(tid, b"", 0, [_grade(tid, "01" * 8, "fail")], basis=got.parts,
-                               runs=["01" * 8]) == []
+        assert (
+            store.put_trace(
+                tid, b"", 0, [_grade(tid, "01" * 8, "fail")], basis=got.parts, runs=["01" * 8]
+            )
+            == []
+        )
         # a late write from a smaller span set does not replace it
-        store.put_trace(tid, b"", 0, [_grade(tid, "01" * 8, "pass")],
-                        basis=[part_digest(b"\x0a\x01x")])
+        store.put_trace(
+            tid, b"", 0, [_grade(tid, "01" * 8, "pass")], basis=[part_digest(b"\x0a\x01x")]
+        )
         again = store.get_trace(tid)
         assert again is not None
         assert [(g.span_id, g.result["verdict"]) for g in again.grades] == [("01" * 8, "fail")]
@@ -67,8 +85,13 @@ def test_parts_are_stored_once_and_a_write_that_missed_a_part_is_stale(postgres:
 def test_retention_by_age_then_by_size_oldest_first(postgres: Postgres) -> None:
     with _store(postgres, max_age_s=100, max_bytes=250) as store:
         for i in range(5):
-            store.put_trace(f"{i:032x}", bytes([i]) * 100, 1, [_grade(f"{i:032x}", "01" * 8)],
-                            now_ns=(1000 + i * 10) * NS)
+            store.put_trace(
+                f"{i:032x}",
+                bytes([i]) * 100,
+                1,
+                [_grade(f"{i:032x}", "01" * 8)],
+                now_ns=(1000 + i * 10) * NS,
+            )
         assert store.prune(now_ns=1125 * NS) == 3  # age removes trace 0, size 1 and 2
         assert store.trace_ids() == [f"{4:032x}", f"{3:032x}"]
         assert {g.trace_id for g in store.grades_since()} == {f"{4:032x}", f"{3:032x}"}
@@ -93,7 +116,9 @@ def test_sidecars_starting_together_migrate_once(postgres: Postgres) -> None:
     assert errors == []
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT version FROM attest_schema ORDER BY 1").fetchall() == [
-            (1,), (2,)]
+            (1,),
+            (2,),
+        ]
 
 
 def test_bad_url_and_unreachable_database_are_one_line_errors(postgres: Postgres) -> None:
@@ -105,8 +130,10 @@ def test_bad_url_and_unreachable_database_are_one_line_errors(postgres: Postgres
     with pytest.raises(SourceError, match="no attest-otel store"):
         open_store(postgres.url(), readonly=True)
     runner = CliRunner()
-    for args in (["report", "--from", "store:postgresql://u:secret@127.0.0.1:1/db"],
-                 ["grade", "--trace-id", "ab" * 16, "--store", "postgresql://u:secret@h:x/d"]):
+    for args in (
+        ["report", "--from", "store:postgresql://u:secret@127.0.0.1:1/db"],
+        ["grade", "--trace-id", "ab" * 16, "--store", "postgresql://u:secret@h:x/d"],
+    ):
         result = runner.invoke(main, args)
         assert result.exit_code == 2, result.output
         assert result.stderr.count("\n") == 1 and "secret" not in result.stderr
@@ -124,20 +151,32 @@ def _fixture_grades(limit: int = 80) -> list[StoredGrade]:
         trace = label_path.with_name(label_path.name.replace(".labels.json", ".json"))
         for t in read_file(trace, reading_for(label)):
             for i, run in enumerate(t.runs):
-                out.append(StoredGrade(run.trace_id or f"{n:032x}", run.span_id or f"{i:016x}",
-                                       run.agent, (n * 1234 + 7) * NS,
-                                       grade(run, judge=None).to_dict()))
+                out.append(
+                    StoredGrade(
+                        run.trace_id or f"{n:032x}",
+                        run.span_id or f"{i:016x}",
+                        run.agent,
+                        (n * 1234 + 7) * NS,
+                        grade(run, judge=None).to_dict(),
+                    )
+                )
     return out
 
 
 def _same_report(store: PostgresStore) -> None:
     """Windows with whole hours inside (tallies) and without (rows only), edges mid-hour."""
-    for since, until in ((None, 10**6 * NS), (20_000 * NS, 90_000 * NS),
-                         (30_100 * NS, 31_000 * NS), (7_200 * NS, 14_399 * NS)):
+    for since, until in (
+        (None, 10**6 * NS),
+        (20_000 * NS, 90_000 * NS),
+        (30_100 * NS, 31_000 * NS),
+        (7_200 * NS, 14_399 * NS),
+    ):
         counted = store.summary(since, until, limit=7)
         from_sql = reporting.report_from_counts(counted, since_ns=since, until_ns=until, limit=7)
-        records = [reporting.GradeRecord(g.trace_id, g.agent, g.graded_ns, g.result, g.span_id)
-                   for g in store.grades_since(since)]
+        records = [
+            reporting.GradeRecord(g.trace_id, g.agent, g.graded_ns, g.result, g.span_id)
+            for g in store.grades_since(since)
+        ]
         from_rows = reporting.build_report(records, since_ns=since, until_ns=until, limit=7)
         assert from_sql.to_dict() == from_rows.to_dict(), (since, until)
 
@@ -149,8 +188,7 @@ def test_report_counted_in_sql_equals_report_counted_in_python(postgres: Postgre
         by_trace: dict[str, list[StoredGrade]] = {}
         for g in grades:
             by_trace.setdefault(g.trace_id, []).append(g)
-        store.put_many([(tid, b"", 0, gs, None, None) for tid, gs in by_trace.items()],
-                       now_ns=1)
+        store.put_many([(tid, b"", 0, gs, None, None) for tid, gs in by_trace.items()], now_ns=1)
         full = store.summary(None, 10**6 * NS)
         assert sum(n for _, _, n in full.agents) == len(grades) and full.worst
         _same_report(store)
@@ -159,10 +197,22 @@ def test_report_counted_in_sql_equals_report_counted_in_python(postgres: Postgre
         tids = sorted(by_trace)
         for tid in tids[:10]:
             first = by_trace[tid][0]
-            store.put_trace(tid, b"", 0, [StoredGrade(
-                tid, first.span_id, first.agent, 95_000 * NS,
-                {**first.result, "passed": False, "verdict": "fail"})],
-                runs=[first.span_id], now_ns=1)
+            store.put_trace(
+                tid,
+                b"",
+                0,
+                [
+                    StoredGrade(
+                        tid,
+                        first.span_id,
+                        first.agent,
+                        95_000 * NS,
+                        {**first.result, "passed": False, "verdict": "fail"},
+                    )
+                ],
+                runs=[first.span_id],
+                now_ns=1,
+            )
         _same_report(store)
         for tid in tids[-20:]:
             store.put_trace(tid, b"x", 1, now_ns=10**9 * NS)  # kept: recently updated
@@ -184,17 +234,27 @@ def test_the_cli_reads_the_shared_store(postgres: Postgres, tmp_path: Path) -> N
     tid = decoded.spans[0].trace_id
     with open_store(url) as store:
         assert isinstance(store, PostgresStore)
-        store.put_trace(tid, data, len(decoded.spans), [
-            StoredGrade(tid, one.run.span_id or "", one.run.agent, time.time_ns(),
-                        one.result.to_dict()) for g in graded for one in g.runs])
+        store.put_trace(
+            tid,
+            data,
+            len(decoded.spans),
+            [
+                StoredGrade(
+                    tid, one.run.span_id or "", one.run.agent, time.time_ns(), one.result.to_dict()
+                )
+                for g in graded
+                for one in g.runs
+            ],
+        )
     runner = CliRunner()
     result = runner.invoke(main, ["grade", "--json", "--trace-id", tid, "--store", url])
     assert result.exit_code in (0, 1), result.output
     assert len(json.loads(result.stdout)["traces"][0]["runs"]) == 2
     result = runner.invoke(main, ["grade", "--json", "--since", "1h", "--from", f"store:{url}"])
     assert result.exit_code in (0, 1), result.output
-    result = runner.invoke(main, ["report", "--json", "--from", f"store:{url}",
-                                  "--html", str(tmp_path / "r.html")])
+    result = runner.invoke(
+        main, ["report", "--json", "--from", f"store:{url}", "--html", str(tmp_path / "r.html")]
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["runs"]["total"] == 2
     assert "support_agent" in (tmp_path / "r.html").read_text()
@@ -203,7 +263,8 @@ def test_the_cli_reads_the_shared_store(postgres: Postgres, tmp_path: Path) -> N
 
 
 def test_the_writer_waits_out_the_database_then_refuses_when_full(
-        postgres: Postgres, tmp_path: Path) -> None:
+    postgres: Postgres, tmp_path: Path
+) -> None:
     store = _store(postgres)
     writer = open_writer(store, spool_dir=tmp_path / "q", max_queue_bytes=64 * 1024)
     assert isinstance(writer, SharedStoreWriter)

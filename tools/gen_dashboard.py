@@ -204,8 +204,10 @@ def _merge_table(title: str, description: str, *queries: prometheus.Dataquery) -
     panel = table.Panel().title(title).description(description).datasource(PROM)
     for q in queries:
         panel = panel.with_target(q)
-    return panel.height(8).span(12).with_transformation(
-        model.DataTransformerConfig(id_val="merge", options={})
+    return (
+        panel.height(8)
+        .span(12)
+        .with_transformation(model.DataTransformerConfig(id_val="merge", options={}))
     )
 
 

@@ -16,8 +16,15 @@ def generate(root: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     files = sorted(str(p.relative_to(proto_root)) for p in proto_root.rglob("*.proto"))
     include = Path(grpc_tools.__file__).parent / "_proto"
-    args = ["protoc", f"-I{proto_root}", f"-I{include}", f"--python_out={out}",
-            f"--pyi_out={out}", f"--grpc_python_out={out}", *files]
+    args = [
+        "protoc",
+        f"-I{proto_root}",
+        f"-I{include}",
+        f"--python_out={out}",
+        f"--pyi_out={out}",
+        f"--grpc_python_out={out}",
+        *files,
+    ]
     if protoc.main(args) != 0:
         raise SystemExit(f"protoc failed on {files}")
     for d in [out, *[p for p in out.rglob("*") if p.is_dir()]]:

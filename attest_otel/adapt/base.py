@@ -256,8 +256,20 @@ def event_exception_text(span: Span) -> str | None:
     return None
 
 
-_METHODS = (".__call__", ".run", ".arun", ".invoke", ".ainvoke", ".call", ".acall", ".execute",
-            ".aexecute", ".forward", "._run", "._arun")
+_METHODS = (
+    ".__call__",
+    ".run",
+    ".arun",
+    ".invoke",
+    ".ainvoke",
+    ".call",
+    ".acall",
+    ".execute",
+    ".aexecute",
+    ".forward",
+    "._run",
+    "._arun",
+)
 
 
 def strip_method(name: str) -> str:

@@ -339,8 +339,10 @@ class DeclaredDialect:
         if TOOLS in want:
             tools = read.value("tools", TOOLS)
             ex.tools = m.parse_tool_definitions(tools) if tools is not None else None
-        need_in = INPUT in want or (TASK in want and ex.task is None) or (
-            SYSTEM in want and ex.system is None
+        need_in = (
+            INPUT in want
+            or (TASK in want and ex.task is None)
+            or (SYSTEM in want and ex.system is None)
         )
         if need_in:
             ex.input = read.messages("input", INPUT, "user")
@@ -493,8 +495,10 @@ def _as_messages(value: Any, role: str) -> list[Message]:
         value = parsed
     if isinstance(value, dict) and "role" not in value and "messages" not in value:
         return []
-    msgs = value if isinstance(value, list) and all(isinstance(v, Message) for v in value) else (
-        m.parse_messages(value) or []
+    msgs = (
+        value
+        if isinstance(value, list) and all(isinstance(v, Message) for v in value)
+        else (m.parse_messages(value) or [])
     )
     for msg in msgs:
         if not msg.role:

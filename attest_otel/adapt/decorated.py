@@ -48,9 +48,7 @@ def read_decorated(nodes: Iterable[Node], logs: Logs) -> int:
         if askers and not _in_model(node) and _asked_here(node, askers, above):
             node.dialect, node.role = GENERIC, Role.TOOL
             marked += 1
-    candidates = {
-        id(n) for n in free if n.role is None and id(n) in above and not _in_model(n)
-    }
+    candidates = {id(n) for n in free if n.role is None and id(n) in above and not _in_model(n)}
     for node in free:
         if id(node) in candidates and _outermost(node, candidates):
             node.dialect, node.role = GENERIC, Role.AGENT

@@ -142,7 +142,12 @@ def agent_name(span: Span) -> str | None:
 
 
 _TOOL_INFO_FIELDS = (
-    "name", "call_id", "arguments", "arguments_captured", "output", "output_captured",
+    "name",
+    "call_id",
+    "arguments",
+    "arguments_captured",
+    "output",
+    "output_captured",
     "handoff_target",
 )
 if tuple(f.name for f in fields(ToolInfo))[:7] != _TOOL_INFO_FIELDS:  # pragma: no cover
@@ -196,8 +201,11 @@ def exchange(span: Span, logs: Sequence[LogRecord] = (), want: Want = ALL) -> Ex
     if SYSTEM in want:
         ex.system = parse_system(attrs.get("gen_ai.system_instructions"))
         if ex.system is None and ex.input is None and "gen_ai.input.messages" in attrs:
-            ex.system = (system_in(attrs["gen_ai.input.messages"]) if items is None
-                         else system_in_items(items))
+            ex.system = (
+                system_in(attrs["gen_ai.input.messages"])
+                if items is None
+                else system_in_items(items)
+            )
         missing = missing or ex.system is None
     if TOOLS in want:
         raw = attrs.get("gen_ai.tool.definitions")

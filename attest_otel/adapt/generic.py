@@ -40,46 +40,116 @@ from attest_otel.ingest.span import LogRecord, Span
 __all__ = ["GENERIC", "Generic", "bare_name", "protocol_span"]
 
 _TYPE_KEYS = (
-    "span.type", "span.kind", "span_type", "spantype", "span_kind", "observation.type",
-    "component.type", "run_type", "entity.type", ".kind", ".type",
+    "span.type",
+    "span.kind",
+    "span_type",
+    "spantype",
+    "span_kind",
+    "observation.type",
+    "component.type",
+    "run_type",
+    "entity.type",
+    ".kind",
+    ".type",
 )
 """Attribute keys (lower-cased, by suffix) whose value may say what a span is."""
 
 _ROLE_WORDS: dict[str, Role] = {
-    "tool": Role.TOOL, "tools": Role.TOOL, "function": Role.TOOL, "tool_call": Role.TOOL,
-    "toolcall": Role.TOOL, "function_call": Role.TOOL, "agent": Role.AGENT,
-    "llm": Role.MODEL, "chat": Role.MODEL, "chat_model": Role.MODEL, "chatmodel": Role.MODEL,
-    "generation": Role.MODEL, "completion": Role.MODEL, "model": Role.MODEL,
+    "tool": Role.TOOL,
+    "tools": Role.TOOL,
+    "function": Role.TOOL,
+    "tool_call": Role.TOOL,
+    "toolcall": Role.TOOL,
+    "function_call": Role.TOOL,
+    "agent": Role.AGENT,
+    "llm": Role.MODEL,
+    "chat": Role.MODEL,
+    "chat_model": Role.MODEL,
+    "chatmodel": Role.MODEL,
+    "generation": Role.MODEL,
+    "completion": Role.MODEL,
+    "model": Role.MODEL,
     "generator": Role.MODEL,
 }
-_CONTAINER_WORDS = frozenset(("step", "turn", "cycle", "iteration", "loop", "stream", "chunk",
-                              "error", "errors", "retry", "parse", "parser", "span", "callback"))
+_CONTAINER_WORDS = frozenset(
+    (
+        "step",
+        "turn",
+        "cycle",
+        "iteration",
+        "loop",
+        "stream",
+        "chunk",
+        "error",
+        "errors",
+        "retry",
+        "parse",
+        "parser",
+        "span",
+        "callback",
+    )
+)
 """A span name ending in one of these is a framework's wrapper, never a call or a run:
 per-step containers, streaming chunks, an `error` child of a tool span."""
 
 _NOT_GENAI = ("http.", "db.", "rpc.", "messaging.", "url.", "faas.", "network.")
 """Keys of protocol spans: a `POST /v1/chat/completions` client span is not a model call."""
 
-_ARG_SUFFIXES = (".input.value", ".arguments", ".args", ".parameters", ".input", "spaninputs",
-                 "_input", "_args", "_arguments")
+_ARG_SUFFIXES = (
+    ".input.value",
+    ".arguments",
+    ".args",
+    ".parameters",
+    ".input",
+    "spaninputs",
+    "_input",
+    "_args",
+    "_arguments",
+)
 _ARG_KEYS = frozenset(("input", "args", "arguments", "parameters", "tool_input", "inputs"))
 _KWARG_SUFFIXES = (".kwargs", "_kwargs")
 """A decorated function's keyword arguments (`function.kwargs`), often a Python repr."""
 _POSITIONAL_SUFFIXES = (".args", "_args")
-_OUT_SUFFIXES = (".output.value", ".result", ".response", ".output", "spanoutputs", "_output",
-                 "_result", "_response", ".output.messages")
+_OUT_SUFFIXES = (
+    ".output.value",
+    ".result",
+    ".response",
+    ".output",
+    "spanoutputs",
+    "_output",
+    "_result",
+    "_response",
+    ".output.messages",
+)
 _OUT_KEYS = frozenset(("output", "result", "response", "outputs", "tool_output"))
 _ERROR_FLAG_SUFFIXES = (".error", ".failed", ".is_error", ".iserror", "_error", ".has_error")
 _ERROR_FLAG_KEYS = frozenset(("error", "failed", "is_error"))
-_ERROR_TEXT_SUFFIXES = ("error.message", "error_message", ".error.msg", "error.msg",
-                        "exception.message")
+_ERROR_TEXT_SUFFIXES = (
+    "error.message",
+    "error_message",
+    ".error.msg",
+    "error.msg",
+    "exception.message",
+)
 _TOOL_NAME_SUFFIXES = ("tool.name", "tool_name", "toolname", "function.name", "function_name")
 _AGENT_NAME_SUFFIXES = ("agent.name", "agent_name", "agentname", "component.name")
 _TOOLS_SUFFIXES = (".tools", "available_tools", "tool_definitions", ".functions")
 _TOOLS_KEYS = frozenset(("tools", "functions"))
 
-_NAME_PREFIXES = ("execute_tool ", "tool: ", "tool:", "tool ", "Tool: ", "Tool ", "function: ",
-                  "agent ", "Agent ", "agent: ", "Agent: ", "invoke_agent ")
+_NAME_PREFIXES = (
+    "execute_tool ",
+    "tool: ",
+    "tool:",
+    "tool ",
+    "Tool: ",
+    "Tool ",
+    "function: ",
+    "agent ",
+    "Agent ",
+    "agent: ",
+    "Agent: ",
+    "invoke_agent ",
+)
 _WORD = re.compile(r"[a-z0-9_]+")
 
 
@@ -111,9 +181,16 @@ class Generic:
         if kwargs is not None:
             # A decorator's record of the call: `function.args = ()` beside the keywords.
             positional = python_literal(_first(attrs, _POSITIONAL_SUFFIXES, ()))
-            args, arguments = kwargs, call_arguments(
-                {"args": list(positional) if isinstance(positional, tuple | list) else positional,
-                 "kwargs": python_literal(kwargs)}
+            args, arguments = (
+                kwargs,
+                call_arguments(
+                    {
+                        "args": list(positional)
+                        if isinstance(positional, tuple | list)
+                        else positional,
+                        "kwargs": python_literal(kwargs),
+                    }
+                ),
             )
         out = _first(attrs, _OUT_SUFFIXES, _OUT_KEYS)
         flagged = _error_flag(attrs)
@@ -125,7 +202,8 @@ class Generic:
             arguments_captured=captured(args),
             output=_result(loads_lenient(out)),
             output_captured=captured(out),
-            is_error=True if flagged or (flagged is None and error_text and not captured(out))
+            is_error=True
+            if flagged or (flagged is None and error_text and not captured(out))
             else None,
             error_text=str(error_text) if error_text else None,
         )
@@ -141,8 +219,11 @@ class Generic:
         ex.input, ex.output = in_msgs, out_msgs
         ex.system = m.system_text(in_msgs)
         ex.task = _task(raw_in) or m.last_user_text(in_msgs)
-        ex.answer = (raw_out if isinstance(raw_out, str) and raw_out
-                     else _answer(raw_out) or m.assistant_text(out_msgs))
+        ex.answer = (
+            raw_out
+            if isinstance(raw_out, str) and raw_out
+            else _answer(raw_out) or m.assistant_text(out_msgs)
+        )
         tools = _first(attrs, _TOOLS_SUFFIXES, _TOOLS_KEYS)
         if tools is not None:
             ex.tools = m.parse_tool_definitions(tools)
@@ -223,7 +304,7 @@ def bare_name(name: str) -> str | None:
     text = name.strip()
     for prefix in _NAME_PREFIXES:
         if text.startswith(prefix):
-            text = text[len(prefix):].strip()
+            text = text[len(prefix) :].strip()
             break
     text = strip_method(text)
     if not text or "." in text or " " in text or "/" in text:
@@ -234,7 +315,7 @@ def bare_name(name: str) -> str | None:
 def _result(value: Any) -> Any:
     """A tool result wrapped as `{"result": ...}` / `{"output": ...}` is its inner value."""
     if isinstance(value, dict) and len(value) == 1:
-        (key, inner), = value.items()
+        ((key, inner),) = value.items()
         if key in ("result", "output", "content", "return_value"):
             return inner
     return value

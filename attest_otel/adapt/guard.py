@@ -228,7 +228,6 @@ class _MaxTree:
             self.tree[node] = max(self.tree[2 * node], self.tree[2 * node + 1])
 
 
-
 def number(nodes: Iterable[Any], roots: list[Any]) -> None:
     """Give each node of a forest its `place`: (entry, exit, depth) of an iterative walk, so
     that "is A an ancestor of B" is two comparisons. Every node is reached: `link` made a

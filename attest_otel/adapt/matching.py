@@ -209,6 +209,7 @@ def from_models(
             if answered.is_error and call.node is None:
                 call.is_error = True
 
+
 def _fill_nearby(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> bool:
     """The common case, cheaply: a tool span lacking its id, arguments or result finds
     them in the model call just before it (the request) and just after it (the result).
@@ -244,6 +245,7 @@ def _fill_nearby(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> bool
                 return False
             call.output, call.output_captured = found.content, True
     return True
+
 
 def dedupe(calls: list[Call]) -> list[Call]:
     """One call seen by two spans (framework + MCP client, two instrumentations) counts once.
@@ -450,11 +452,30 @@ def error_fields(call: Call) -> None:
 # `to_tool_call`): keywords cost about as much as the rest of building them. A reordered
 # field must fail here, at import, and not shuffle values silently.
 _CALL_FIELDS = (
-    "name", "call_id", "arguments", "args_captured", "output", "output_captured", "start",
-    "end", "span_id", "seq", "node", "is_error", "error_text", "handoff_target", "claimed",
+    "name",
+    "call_id",
+    "arguments",
+    "args_captured",
+    "output",
+    "output_captured",
+    "start",
+    "end",
+    "span_id",
+    "seq",
+    "node",
+    "is_error",
+    "error_text",
+    "handoff_target",
+    "claimed",
 )
 _TOOL_CALL_FIELDS = (
-    "name", "arguments", "output", "is_error", "output_captured", "error_text", "span_id",
+    "name",
+    "arguments",
+    "output",
+    "is_error",
+    "output_captured",
+    "error_text",
+    "span_id",
     "call_id",
 )
 if (

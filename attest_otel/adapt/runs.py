@@ -58,6 +58,7 @@ __all__ = ["TraceRuns", "runs_from_spans"]
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(slots=True)
 class TraceRuns:
     """The runs rebuilt from one trace, and every dialect its spans spoke (first seen first)."""
@@ -99,7 +100,11 @@ def runs_from_spans(
         if record.span_id:
             span_logs.setdefault((record.trace_id, record.span_id), []).append(record)
     settings = _Settings(
-        policy, allowed_tools, fallbacks or None, tuple(dialects), hydrate,
+        policy,
+        allowed_tools,
+        fallbacks or None,
+        tuple(dialects),
+        hydrate,
         explain,
     )
     return [_build(tid, tspans, span_logs, settings) for tid, tspans in traces.items()]
@@ -119,7 +124,6 @@ def _build(
     except Exception:
         log.error("trace %s: could not rebuild its runs", trace_id, exc_info=True)
     return TraceRuns(trace_id, [], [], {guard.ADAPTER_ERRORS: 1})
-
 
 
 @dataclass(slots=True)
@@ -166,7 +170,7 @@ def strip_react(text: str) -> str:
     if not text.lstrip().startswith("Thought:"):
         return text
     found = list(_REACT_ANSWER.finditer(text))
-    return text[found[-1].end():] if found else text
+    return text[found[-1].end() :] if found else text
 
 
 def looks_like_repr(text: str) -> bool:
@@ -181,9 +185,7 @@ def _any_content(run: Run) -> bool:
     instrumentations), not a run that said nothing: the grade must say so."""
     if run.task or run.final_answer is not None:
         return True
-    return any(
-        call.output_captured or call.arguments is not None for _, call in run.tool_calls
-    )
+    return any(call.output_captured or call.arguments is not None for _, call in run.tool_calls)
 
 
 def _implicit(node: Node) -> bool:

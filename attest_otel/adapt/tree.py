@@ -34,6 +34,7 @@ log = logging.getLogger("attest_otel.adapt.runs")
 WORK = (Role.TOOL, Role.MODEL, Role.HANDOFF)
 CALLS = (Role.TOOL, Role.HANDOFF)
 
+
 class Node:
     """One span with its detected dialect and role, linked into the trace's tree.
 
@@ -78,6 +79,7 @@ class Node:
 
 
 Logs = dict[tuple[str, str], list[LogRecord]]
+
 
 @dataclass(slots=True)
 class RunBuild:
@@ -143,7 +145,9 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
         builds.append(top)
     return builds
 
+
 # --- one run ---------------------------------------------------------------------------
+
 
 def _name(node: Node) -> str | None:
     return node.dialect.agent_name(node.span) if node.dialect is not None else None
@@ -273,4 +277,3 @@ def inside(outer: Node | None, inner: Node | None) -> bool:
     entry, leave, depth = outer.place
     inner_entry, inner_leave, inner_depth = inner.place
     return entry < inner_entry and inner_leave <= leave and inner_depth - depth <= 65
-

@@ -67,15 +67,17 @@ def log_records(
                 if traced is not None and span_id is not None
                 else b""
             )
-        body = b"".join((
-            times,
-            _SEVERITY.get(evaluation.severity, _SEVERITY["fail"]),
-            b"\x2a\x00",  # an empty body, as the SDK's encoder writes one
-            key_values(0x32, evaluation.event_attributes),
-            _EVENT[0],
-            context,
-            tail,
-        ))
+        body = b"".join(
+            (
+                times,
+                _SEVERITY.get(evaluation.severity, _SEVERITY["fail"]),
+                b"\x2a\x00",  # an empty body, as the SDK's encoder writes one
+                key_values(0x32, evaluation.event_attributes),
+                _EVENT[0],
+                context,
+                tail,
+            )
+        )
         out.append(length_delimited(0x12, body))
     return out
 

@@ -37,8 +37,14 @@ from attest_otel.export.grade_span import remote_span_context
 from attest_otel.export.results import finding_span_id
 from attest_otel.model import CheckResult, Finding, Run
 
-__all__ = ["DEFAULT_LABEL_CAP", "DEFAULT_LABEL_MAX_CHARS", "DEFAULT_LABEL_TTL_S", "LabelCap",
-           "ToolUseMetrics", "metric_views"]
+__all__ = [
+    "DEFAULT_LABEL_CAP",
+    "DEFAULT_LABEL_MAX_CHARS",
+    "DEFAULT_LABEL_TTL_S",
+    "LabelCap",
+    "ToolUseMetrics",
+    "metric_views",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -56,9 +62,14 @@ class LabelCap:
     sidecar grades on several threads.
     """
 
-    def __init__(self, limit: int = DEFAULT_LABEL_CAP, *,
-                 max_chars: int = DEFAULT_LABEL_MAX_CHARS, ttl_s: float = DEFAULT_LABEL_TTL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        limit: int = DEFAULT_LABEL_CAP,
+        *,
+        max_chars: int = DEFAULT_LABEL_MAX_CHARS,
+        ttl_s: float = DEFAULT_LABEL_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if limit < 1:
             raise ValueError(f"label cap must be at least 1, got {limit}")
         self.limit = limit
@@ -119,9 +130,14 @@ def _span_context(trace_id: str | None, span_id: str | None) -> Context:
 class ToolUseMetrics:
     """The four instruments, and how one graded run is recorded on them."""
 
-    def __init__(self, meter: Meter, *, label_cap: int = DEFAULT_LABEL_CAP,
-                 label_max_chars: int = DEFAULT_LABEL_MAX_CHARS,
-                 label_ttl_s: float = DEFAULT_LABEL_TTL_S) -> None:
+    def __init__(
+        self,
+        meter: Meter,
+        *,
+        label_cap: int = DEFAULT_LABEL_CAP,
+        label_max_chars: int = DEFAULT_LABEL_MAX_CHARS,
+        label_ttl_s: float = DEFAULT_LABEL_TTL_S,
+    ) -> None:
         self.cap = LabelCap(label_cap, max_chars=label_max_chars, ttl_s=label_ttl_s)
         self._score = meter.create_histogram(
             semconv.METRIC_SCORE,
@@ -170,29 +186,49 @@ class ToolUseMetrics:
         for run, result in graded:
             agent = self._agent(run)
             agent_name = agent.get(semconv.GEN_AI_AGENT_NAME, "")
-            self._score.record(float(result.score), attributes=agent,
-                               context=_span_context(run.trace_id, run.span_id))
+            self._score.record(
+                float(result.score),
+                attributes=agent,
+                context=_span_context(run.trace_id, run.span_id),
+            )
             _tally(runs, (result.verdict, agent_name), run, None)
             for finding in result.findings:
                 tool = tools.get(finding.subject)
                 if tool is None:
-                    tool = tools[finding.subject] = self.cap(semconv.GEN_AI_TOOL_NAME,
-                                                             finding.subject)
-                _tally(calls, (finding.verdict, finding.severity, tool, agent_name), run,
-                       finding)
+                    tool = tools[finding.subject] = self.cap(
+                        semconv.GEN_AI_TOOL_NAME, finding.subject
+                    )
+                _tally(calls, (finding.verdict, finding.severity, tool, agent_name), run, finding)
                 recovery = finding.metadata.get("recovery")
                 if isinstance(recovery, str):
                     _tally(errors, (recovery, tool), run, finding)
         for (verdict, agent_name), one in runs.items():
-            self._runs.add(one.count, context=one.exemplar(), attributes=_labels(
-                (semconv.ATTEST_TOOL_USE_VERDICT, verdict), agent_name=agent_name))
+            self._runs.add(
+                one.count,
+                context=one.exemplar(),
+                attributes=_labels(
+                    (semconv.ATTEST_TOOL_USE_VERDICT, verdict), agent_name=agent_name
+                ),
+            )
         for (verdict, severity, tool, agent_name), one in calls.items():
-            self._calls.add(one.count, context=one.exemplar(), attributes=_labels(
-                (semconv.ATTEST_VERDICT, verdict), (semconv.ATTEST_SEVERITY, severity),
-                (semconv.GEN_AI_TOOL_NAME, tool), agent_name=agent_name))
+            self._calls.add(
+                one.count,
+                context=one.exemplar(),
+                attributes=_labels(
+                    (semconv.ATTEST_VERDICT, verdict),
+                    (semconv.ATTEST_SEVERITY, severity),
+                    (semconv.GEN_AI_TOOL_NAME, tool),
+                    agent_name=agent_name,
+                ),
+            )
         for (recovery, tool), one in errors.items():
-            self._errors.add(one.count, context=one.exemplar(), attributes=_labels(
-                (semconv.ATTEST_RECOVERY, recovery), (semconv.GEN_AI_TOOL_NAME, tool)))
+            self._errors.add(
+                one.count,
+                context=one.exemplar(),
+                attributes=_labels(
+                    (semconv.ATTEST_RECOVERY, recovery), (semconv.GEN_AI_TOOL_NAME, tool)
+                ),
+            )
 
 
 @dataclass(slots=True)
@@ -209,8 +245,9 @@ class _Series:
         return _span_context(run.trace_id, span_id)
 
 
-def _tally(series: dict[tuple[str, ...], _Series], key: tuple[str, ...], run: Run,
-           finding: Finding | None) -> None:
+def _tally(
+    series: dict[tuple[str, ...], _Series], key: tuple[str, ...], run: Run, finding: Finding | None
+) -> None:
     one = series.get(key)
     if one is None:
         series[key] = _Series(1, run, finding)

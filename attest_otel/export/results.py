@@ -19,6 +19,7 @@ from attest_otel.model import CheckResult, Finding, Run
 AttrValue = str | bool | int | float
 Attributes = dict[str, AttrValue]
 
+
 @dataclass(slots=True)
 class Evaluation:
     """One `gen_ai.evaluation.result`: about one tool call, or about the whole run.
@@ -152,9 +153,7 @@ def run_event_attributes(
     return out
 
 
-def evaluations(
-    run: Run, result: CheckResult, content: ContentPolicy = KEEP
-) -> list[Evaluation]:
+def evaluations(run: Run, result: CheckResult, content: ContentPolicy = KEEP) -> list[Evaluation]:
     """Every evaluation of a graded run: one per finding in step order, then the run's.
 
     `content` decides what of the run's content (explanations quote tool outputs and
@@ -165,8 +164,15 @@ def evaluations(
         # Built once and shared: the span's attributes and the event's are never changed
         # after this (their readers copy them), and building them was half of this loop.
         call = call_attributes(f)
-        out.append(Evaluation("call", finding_span_id(run, f), f.severity, call,
-                              call_event_attributes(f, content, call)))
+        out.append(
+            Evaluation(
+                "call",
+                finding_span_id(run, f),
+                f.severity,
+                call,
+                call_event_attributes(f, content, call),
+            )
+        )
     out.append(
         Evaluation(
             about="run",

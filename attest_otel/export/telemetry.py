@@ -192,13 +192,18 @@ class ExportTls:
             with open(path, "rb") as f:
                 return f.read()
 
-        return grpc.ssl_channel_credentials(root_certificates=read(self.ca_file),
-                                            private_key=read(self.key_file),
-                                            certificate_chain=read(self.cert_file))
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca_file),
+            private_key=read(self.key_file),
+            certificate_chain=read(self.cert_file),
+        )
 
     def http_kwargs(self) -> dict[str, Any]:
-        return {"certificate_file": self.ca_file, "client_certificate_file": self.cert_file,
-                "client_key_file": self.key_file}
+        return {
+            "certificate_file": self.ca_file,
+            "client_certificate_file": self.cert_file,
+            "client_key_file": self.key_file,
+        }
 
 
 def _https(url: str) -> str:
@@ -211,7 +216,10 @@ def _grpc_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
 
 
 def _span_exporter(
-    protocol: OtlpProtocol, url: str, headers: Mapping[str, str] | None, timeout_s: float,
+    protocol: OtlpProtocol,
+    url: str,
+    headers: Mapping[str, str] | None,
+    timeout_s: float,
     tls: ExportTls | None = None,
 ) -> SpanExporter:
     if protocol == "grpc":
@@ -220,19 +228,31 @@ def _span_exporter(
         )
 
         if tls is not None:
-            return GrpcSpanExporter(endpoint=url, headers=_grpc_headers(headers), timeout=timeout_s,
-                              insecure=False, credentials=tls.grpc_credentials())
+            return GrpcSpanExporter(
+                endpoint=url,
+                headers=_grpc_headers(headers),
+                timeout=timeout_s,
+                insecure=False,
+                credentials=tls.grpc_credentials(),
+            )
         return GrpcSpanExporter(endpoint=url, headers=_grpc_headers(headers), timeout=timeout_s)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpSpanExporter,
     )
 
-    return HttpSpanExporter(endpoint=url, headers=headers, timeout=timeout_s,
-                      **(tls.http_kwargs() if tls is not None else {}))
+    return HttpSpanExporter(
+        endpoint=url,
+        headers=headers,
+        timeout=timeout_s,
+        **(tls.http_kwargs() if tls is not None else {}),
+    )
 
 
 def _log_exporter(
-    protocol: OtlpProtocol, url: str, headers: Mapping[str, str] | None, timeout_s: float,
+    protocol: OtlpProtocol,
+    url: str,
+    headers: Mapping[str, str] | None,
+    timeout_s: float,
     tls: ExportTls | None = None,
 ) -> LogRecordExporter:
     if protocol == "grpc":
@@ -241,19 +261,31 @@ def _log_exporter(
         )
 
         if tls is not None:
-            return GrpcLogExporter(endpoint=url, headers=_grpc_headers(headers), timeout=timeout_s,
-                              insecure=False, credentials=tls.grpc_credentials())
+            return GrpcLogExporter(
+                endpoint=url,
+                headers=_grpc_headers(headers),
+                timeout=timeout_s,
+                insecure=False,
+                credentials=tls.grpc_credentials(),
+            )
         return GrpcLogExporter(endpoint=url, headers=_grpc_headers(headers), timeout=timeout_s)
     from opentelemetry.exporter.otlp.proto.http._log_exporter import (
         OTLPLogExporter as HttpLogExporter,
     )
 
-    return HttpLogExporter(endpoint=url, headers=headers, timeout=timeout_s,
-                      **(tls.http_kwargs() if tls is not None else {}))
+    return HttpLogExporter(
+        endpoint=url,
+        headers=headers,
+        timeout=timeout_s,
+        **(tls.http_kwargs() if tls is not None else {}),
+    )
 
 
 def _metric_exporter(
-    protocol: OtlpProtocol, url: str, headers: Mapping[str, str] | None, timeout_s: float,
+    protocol: OtlpProtocol,
+    url: str,
+    headers: Mapping[str, str] | None,
+    timeout_s: float,
     tls: ExportTls | None = None,
 ) -> MetricExporter:
     if protocol == "grpc":
@@ -262,16 +294,24 @@ def _metric_exporter(
         )
 
         if tls is not None:
-            return GrpcMetricExporter(endpoint=url, headers=_grpc_headers(headers),
-                                      timeout=timeout_s, insecure=False,
-                                      credentials=tls.grpc_credentials())
+            return GrpcMetricExporter(
+                endpoint=url,
+                headers=_grpc_headers(headers),
+                timeout=timeout_s,
+                insecure=False,
+                credentials=tls.grpc_credentials(),
+            )
         return GrpcMetricExporter(endpoint=url, headers=_grpc_headers(headers), timeout=timeout_s)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
         OTLPMetricExporter as HttpMetricExporter,
     )
 
-    return HttpMetricExporter(endpoint=url, headers=headers, timeout=timeout_s,
-                      **(tls.http_kwargs() if tls is not None else {}))
+    return HttpMetricExporter(
+        endpoint=url,
+        headers=headers,
+        timeout=timeout_s,
+        **(tls.http_kwargs() if tls is not None else {}),
+    )
 
 
 def _tls_url(url: str, tls: ExportTls | None) -> str:
@@ -339,8 +379,9 @@ class Telemetry:
             log_tally = self.tallies["logs"]
 
             def logs() -> None:
-                log_tally.add_emitted(emit_log_events(logger, run, result, now_ns=now,
-                                                     content=self.content))
+                log_tally.add_emitted(
+                    emit_log_events(logger, run, result, now_ns=now, content=self.content)
+                )
 
             self._guard("log events", logs)
         if self.metrics is not None:
@@ -380,8 +421,9 @@ class Telemetry:
                     self.tallies[name].note_failure(0, f"{type(e).__name__}: {e}")
 
         for name, job in jobs.items():
-            thread = threading.Thread(target=guarded, args=(name, job),
-                                      name=f"attest-otel-{name}", daemon=True)
+            thread = threading.Thread(
+                target=guarded, args=(name, job), name=f"attest-otel-{name}", daemon=True
+            )
             thread.start()
             threads[name] = thread
         deadline = time.monotonic() + timeout_s + _JOIN_GRACE_S
@@ -553,12 +595,11 @@ def _configure(
         tally = Tally("logs", _destination(url, proto), "log record", endpoint_probe(url))
         log_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         log_exporter = CountingLogExporter(
-            _log_exporter(proto, url, headers, timeout_s, tls), tally)
+            _log_exporter(proto, url, headers, timeout_s, tls), tally
+        )
         log_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
         telemetry.logger_provider = log_provider
-        telemetry.logger = log_provider.get_logger(
-            semconv.INSTRUMENTATION_SCOPE, package_version()
-        )
+        telemetry.logger = log_provider.get_logger(semconv.INSTRUMENTATION_SCOPE, package_version())
         telemetry.tallies["logs"] = tally
 
     readers: list[MetricReader] = []
@@ -585,6 +626,6 @@ def _configure(
         )
         telemetry.meter_provider = meter_provider
         meter = meter_provider.get_meter(semconv.INSTRUMENTATION_SCOPE, package_version())
-        telemetry.metrics = ToolUseMetrics(meter, label_cap=label_cap,
-                                           label_max_chars=label_max_chars,
-                                           label_ttl_s=label_ttl_s)
+        telemetry.metrics = ToolUseMetrics(
+            meter, label_cap=label_cap, label_max_chars=label_max_chars, label_ttl_s=label_ttl_s
+        )

@@ -152,8 +152,15 @@ def assess(run: Run) -> list[CallFacts]:
         if found is not None:
             recovery, recovered_at, recovered_by = found
         facts.append(  # by position, in CallFacts' field order (7 keywords cost ~0.4 us)
-            CallFacts(step, call, is_allowed(call.name, allowed), errored[i], recovery,
-                      recovered_at, recovered_by)
+            CallFacts(
+                step,
+                call,
+                is_allowed(call.name, allowed),
+                errored[i],
+                recovery,
+                recovered_at,
+                recovered_by,
+            )
         )
     return facts
 
@@ -275,8 +282,9 @@ def finding_for(
         metadata["span_id"] = fact.call.span_id
         metadata["output_captured"] = fact.call.output_captured
     # By position, in Finding's field order (checked at import): once per graded call.
-    return Finding(VERDICT_SEVERITY[verdict], verdict, fact.call.name, reason, evidence,
-                   fact.step, metadata)
+    return Finding(
+        VERDICT_SEVERITY[verdict], verdict, fact.call.name, reason, evidence, fact.step, metadata
+    )
 
 
 def summarize(findings: Sequence[Finding], correct: int | None = None) -> str:

@@ -241,9 +241,7 @@ def is_skeleton(span: Span) -> bool:
     return False
 
 
-def hydrate(
-    span: Span, *, max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBUTE_CHARS
-) -> Span:
+def hydrate(span: Span, *, max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBUTE_CHARS) -> Span:
     """Fill a skeleton's attributes and events from its `source` (in place; returns it),
     cutting strings longer than `max_attribute_chars` as the decoders do."""
     if not is_skeleton(span):

@@ -137,7 +137,8 @@ def walk_traces(
                     genai += 1
                     # `attributes` and `events` inlined: this runs for every GenAI span.
                     span_attributes = {
-                        kv.key: text if (text := (value := kv.value).string_value)
+                        kv.key: text
+                        if (text := (value := kv.value).string_value)
                         else any_value(value)
                         for kv in ps.attributes
                     }

@@ -42,8 +42,9 @@ class GraderApi:
             context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is starting")
             raise AssertionError("abort raises")
         result = grader.grade_run(run)
-        return json_format.ParseDict(result.to_dict(), result_pb2.CheckResult(),
-                                     ignore_unknown_fields=True)
+        return json_format.ParseDict(
+            result.to_dict(), result_pb2.CheckResult(), ignore_unknown_fields=True
+        )
 
     def GradeTrace(self, request: Any, context: Any) -> Any:
         trace_id = request.trace_id.strip().lower()
@@ -59,14 +60,21 @@ class GraderApi:
         response = grader_pb2.GradeTraceResponse(trace_id=trace_id)
         if not stored.data:  # content: drop keeps grades only
             for grade in stored.grades:
-                response.runs.append(grader_pb2.GradedRun(
-                    span_id=grade.span_id, agent=grade.agent or "",
-                    result=json_format.ParseDict(scrub_result(grade.result, content),
-                                                 result_pb2.CheckResult(),
-                                                 ignore_unknown_fields=True)))
+                response.runs.append(
+                    grader_pb2.GradedRun(
+                        span_id=grade.span_id,
+                        agent=grade.agent or "",
+                        result=json_format.ParseDict(
+                            scrub_result(grade.result, content),
+                            result_pb2.CheckResult(),
+                            ignore_unknown_fields=True,
+                        ),
+                    )
+                )
             return response
-        decoded = decode_bytes(stored.data, "application/x-protobuf",
-                               source=f"store trace {trace_id}")
+        decoded = decode_bytes(
+            stored.data, "application/x-protobuf", source=f"store trace {trace_id}"
+        )
         policy = self.service.policy
         graded = grade_traces(
             decoded.spans,
@@ -80,12 +88,16 @@ class GraderApi:
                     grader_pb2.GradedRun(
                         span_id=one.run.span_id or "",
                         agent=one.run.agent or "",
-                        run=json_format.ParseDict(_run_dict(one.run, content), result_pb2.Run(),
-                                                  ignore_unknown_fields=True),
-                        result=json_format.ParseDict(scrub_result(one.result.to_dict(),
-                                                                  content),
-                                                     result_pb2.CheckResult(),
-                                                     ignore_unknown_fields=True),
+                        run=json_format.ParseDict(
+                            _run_dict(one.run, content),
+                            result_pb2.Run(),
+                            ignore_unknown_fields=True,
+                        ),
+                        result=json_format.ParseDict(
+                            scrub_result(one.result.to_dict(), content),
+                            result_pb2.CheckResult(),
+                            ignore_unknown_fields=True,
+                        ),
                     )
                 )
         return response

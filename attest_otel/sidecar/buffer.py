@@ -228,9 +228,7 @@ class TraceBuffer:
     def has_state(self) -> bool:
         return bool(self._traces) or bool(self._graded)
 
-    def route(
-        self, groups: Iterable[ScopeGroup], genai: set[bytes], record: int | None
-    ) -> Routed:
+    def route(self, groups: Iterable[ScopeGroup], genai: set[bytes], record: int | None) -> Routed:
         """Holds the spans of held traces and of new GenAI traces (`genai`, raw ids); the
         rest pass through. Spans of recently graded traces are held as a late trace (to be
         graded again with the spans graded before), and counted as late."""
@@ -269,8 +267,14 @@ class TraceBuffer:
             if incoming:
                 now = self._clock()
                 for trace_id, by_origin in incoming.items():
-                    self._add(trace_id, encode_groups(by_origin.items()), counts[trace_id],
-                              record, now, next(iter(by_origin))[0])
+                    self._add(
+                        trace_id,
+                        encode_groups(by_origin.items()),
+                        counts[trace_id],
+                        record,
+                        now,
+                        next(iter(by_origin))[0],
+                    )
                 released = self._enforce_limits()
         return Routed(passthrough, passed, held_count, late, len(incoming), released)
 
@@ -284,8 +288,15 @@ class TraceBuffer:
             self._names[resource] = name
         return name
 
-    def _add(self, trace_id: bytes, data: bytes, spans: int, record: int | None,
-             now: float, resource: bytes = b"") -> None:
+    def _add(
+        self,
+        trace_id: bytes,
+        data: bytes,
+        spans: int,
+        record: int | None,
+        now: float,
+        resource: bytes = b"",
+    ) -> None:
         trace = self._traces.get(trace_id)
         deadline = now + self.limits.grace_s
         if trace is None:
@@ -332,12 +343,15 @@ class TraceBuffer:
         out: list[HeldTrace] = []
         while self._traces:
             if len(self._traces) > limits.max_traces:
+
                 def measure(h: _Holding) -> int:
                     return len(h.traces)
             elif self.held_spans > limits.max_spans:
+
                 def measure(h: _Holding) -> int:
                     return h.spans
             elif self.held_bytes > limits.max_bytes:
+
                 def measure(h: _Holding) -> int:
                     return h.bytes
             else:
@@ -402,8 +416,9 @@ class TraceBuffer:
                     due.append(self._take(trace, REASON_LATE))
                 elif trace.checked < len(trace.data):
                     whole = trace.checked == 0
-                    probes.append((trace, bytes(trace.data[trace.checked :]), len(trace.data),
-                                   whole))
+                    probes.append(
+                        (trace, bytes(trace.data[trace.checked :]), len(trace.data), whole)
+                    )
                     trace.scheduled_s = float("inf")  # no timer while the probe runs
                 else:
                     reason = self._decide(trace, now)
@@ -536,5 +551,8 @@ def waiting_fragments(trace: HeldTrace) -> int:
         if found is not None:
             genai_tops.add(found)
     agents = trace.agents
-    return sum(1 for top in genai_tops
-               if parents[top] and parents[top] not in parents and top not in agents)
+    return sum(
+        1
+        for top in genai_tops
+        if parents[top] and parents[top] not in parents and top not in agents
+    )

@@ -111,10 +111,8 @@ class ReceiversConfig:
     grpc_max_recv_bytes: int = _key("grpc.max_recv_msg_size_mib", default=4 * MIB, **_SIZE_MIB)
     grpc_workers: int = _key("grpc.workers", "int", 8)
     http_endpoint: str = _key("http.endpoint", "address", "127.0.0.1:4318")
-    http_max_body_bytes: int = _key("http.max_request_body_size_mib", default=20 * MIB,
-                                    **_SIZE_MIB)
-    http_max_json_bytes: int = _key("http.max_json_body_size_mib", default=4 * MIB,
-                                    **_SIZE_MIB)
+    http_max_body_bytes: int = _key("http.max_request_body_size_mib", default=20 * MIB, **_SIZE_MIB)
+    http_max_json_bytes: int = _key("http.max_json_body_size_mib", default=4 * MIB, **_SIZE_MIB)
     """OTLP/JSON costs about 50x its size to parse (protobuf: about 3x): its own, lower cap."""
     http_workers: int = _key("http.workers", "int", 32)
     """Threads serving HTTP connections; more connections wait for one (up to the cap)."""
@@ -167,8 +165,7 @@ class ForwardConfig:
 
     @property
     def tls_files(self) -> bool:
-        return any(f is not None for f in (self.tls_ca_file, self.tls_cert_file,
-                                           self.tls_key_file))
+        return any(f is not None for f in (self.tls_ca_file, self.tls_cert_file, self.tls_key_file))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -344,8 +341,7 @@ def load_service_config(
     return config
 
 
-def _from_otel_env(forward: dict[str, Any], checker: TreeChecker,
-                   env: Mapping[str, str]) -> None:
+def _from_otel_env(forward: dict[str, Any], checker: TreeChecker, env: Mapping[str, str]) -> None:
     """The standard exporter variables fill what neither the file nor a flag set."""
     given = checker.given
     if forward["endpoint"] is None:
@@ -407,17 +403,23 @@ def _build(tree: dict[str, Any], source: str, checker: TreeChecker) -> ServiceCo
     if receivers.tls_client_ca_file is not None and receivers.tls_cert_file is None:
         f.problem("receivers.tls.client_ca_file", "needs receivers.tls.cert_file and key_file")
     if receivers.auth_token_file is not None and not _token_ok(receivers.auth_token_file):
-        f.problem("receivers.auth_token_file",
-                  "must hold one token of printable ASCII (no spaces)")
+        f.problem("receivers.auth_token_file", "must hold one token of printable ASCII (no spaces)")
     if receivers.grader_token_file is not None and not _token_ok(receivers.grader_token_file):
-        f.problem("receivers.grader_token_file",
-                  "must hold one token of printable ASCII (no spaces)")
-    if (receivers.grader_token_file is not None and receivers.auth_token_file is not None
-            and _same_token(receivers.grader_token_file, receivers.auth_token_file)):
+        f.problem(
+            "receivers.grader_token_file", "must hold one token of printable ASCII (no spaces)"
+        )
+    if (
+        receivers.grader_token_file is not None
+        and receivers.auth_token_file is not None
+        and _same_token(receivers.grader_token_file, receivers.auth_token_file)
+    ):
         f.problem("receivers.grader_token_file", "must differ from receivers.auth_token_file")
     # Port 0 asks the kernel for a free port each time, so two of them never collide.
-    if (receivers.grpc_endpoint and receivers.grpc_endpoint == receivers.http_endpoint
-            and not receivers.grpc_endpoint.endswith(":0")):
+    if (
+        receivers.grpc_endpoint
+        and receivers.grpc_endpoint == receivers.http_endpoint
+        and not receivers.grpc_endpoint.endswith(":0")
+    ):
         f.problem("receivers.http.endpoint", "is the same address as receivers.grpc.endpoint")
     if forward.endpoint is None:
         f.problem(
@@ -503,7 +505,6 @@ def config_lines(config: ServiceConfig) -> list[str]:
                 out.append(f"{full} = {redact(value)}")  # the password stays out of logs
             else:
                 out.append(f"{full} = {value}")
-
 
     walk(config.raw, "")
     return out

@@ -68,8 +68,11 @@ class EvaluationLogs:
         if not self.forwarder.has_room(len(records), len(data)):
             self.dropped += len(records)
             if self.dropped == len(records) or self.dropped % 10_000 < len(records):
-                log.warning("evaluation log records dropped: the telemetry endpoint does not "
-                            "keep up (%d so far)", self.dropped)
+                log.warning(
+                    "evaluation log records dropped: the telemetry endpoint does not "
+                    "keep up (%d so far)",
+                    self.dropped,
+                )
             return
         self.forwarder.offer(ForwardItem(data, len(records), (), mergeable=True))
 

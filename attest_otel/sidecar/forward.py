@@ -199,8 +199,9 @@ class GrpcSender:
             if code == grpc.StatusCode.RESOURCE_EXHAUSTED and delay is None:
                 return SendResult(False, too_large=True, error=detail)
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                return SendResult(False, retryable=True, retry_after_s=delay, error=detail,
-                                  maybe_delivered=True)
+                return SendResult(
+                    False, retryable=True, retry_after_s=delay, error=detail, maybe_delivered=True
+                )
             retryable = code in (
                 grpc.StatusCode.CANCELLED,
                 grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -279,8 +280,7 @@ class HttpSender:
                     self._host, self._port, timeout=timeout_s, context=self._ssl
                 )
             else:
-                self._conn = http.client.HTTPConnection(self._host, self._port,
-                                                        timeout=timeout_s)
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout_s)
         else:
             self._conn.timeout = timeout_s
             if self._conn.sock is not None:
@@ -296,8 +296,12 @@ class HttpSender:
             payload = response.read()
         except (OSError, http.client.HTTPException) as e:
             self.close()
-            return SendResult(False, retryable=True, error=f"HTTP: {type(e).__name__}: {e}",
-                              maybe_delivered=isinstance(e, TimeoutError))
+            return SendResult(
+                False,
+                retryable=True,
+                error=f"HTTP: {type(e).__name__}: {e}",
+                maybe_delivered=isinstance(e, TimeoutError),
+            )
         status = response.status
         if response.getheader("Connection", "").lower() == "close":
             self.close()
@@ -429,13 +433,21 @@ class Forwarder:
         if kept or lost:
             where = f"{self.settings.endpoint} ({self._last_error or 'no answer in time'})"
             if lost:
-                log.warning("forward: %d span(s) LOST: not delivered to %s by the shutdown "
-                            "deadline; --buffer-dir keeps them for the next start", lost, where,
-                            extra={"spans_lost": lost})
+                log.warning(
+                    "forward: %d span(s) LOST: not delivered to %s by the shutdown "
+                    "deadline; --buffer-dir keeps them for the next start",
+                    lost,
+                    where,
+                    extra={"spans_lost": lost},
+                )
             if kept:
-                log.warning("forward: %d span(s) not delivered to %s by the shutdown deadline; "
-                            "kept in the buffer dir for the next start", kept, where,
-                            extra={"spans_kept": kept})
+                log.warning(
+                    "forward: %d span(s) not delivered to %s by the shutdown deadline; "
+                    "kept in the buffer dir for the next start",
+                    kept,
+                    where,
+                    extra={"spans_kept": kept},
+                )
         for sender in self._senders:
             try:
                 sender.close()
@@ -607,8 +619,14 @@ class Forwarder:
             unlogged, self._retries_unlogged = self._retries_unlogged, 0
             failing_s = now - self._failing_since
         more = f" ({unlogged} more retries since the last line)" if unlogged else ""
-        log.warning("forward: %s; retry %d in %.2fs, failing for %.0fs%s",
-                    error, attempt, delay, failing_s, more)
+        log.warning(
+            "forward: %s; retry %d in %.2fs, failing for %.0fs%s",
+            error,
+            attempt,
+            delay,
+            failing_s,
+            more,
+        )
 
     def _recovered(self) -> None:
         if self._failing_since is None:
@@ -618,5 +636,8 @@ class Forwarder:
             self._retry_logged_at = 0.0
             self._retries_unlogged = 0
         if since is not None:
-            log.info("forward: %s takes requests again after %.1fs",
-                     self.settings.endpoint, time.monotonic() - since)
+            log.info(
+                "forward: %s takes requests again after %.1fs",
+                self.settings.endpoint,
+                time.monotonic() - since,
+            )

@@ -113,13 +113,18 @@ class TraceGrader:
             request, decoded = trace.probe
         else:
             request = ExportTraceServiceRequest.FromString(original)
-            decoded = decode_request(request, source=f"trace {trace.trace_id_hex}",
-                                     data=original)
+            decoded = decode_request(request, source=f"trace {trace.trace_id_hex}", data=original)
         now_ns = time.time_ns()
-        data, runs = grade_decoded(request, decoded, self.policy, self.grade_run, self.content,
-                                   data=original, now_ns=now_ns)
-        logs = (encode_logs(runs, now_ns, self.content) if self.send_logs is not None
-                else [])
+        data, runs = grade_decoded(
+            request,
+            decoded,
+            self.policy,
+            self.grade_run,
+            self.content,
+            data=original,
+            now_ns=now_ns,
+        )
+        logs = encode_logs(runs, now_ns, self.content) if self.send_logs is not None else []
         return _Graded(data, runs, logs=logs)
 
     def __call__(self, trace: HeldTrace) -> None:
@@ -145,25 +150,30 @@ class TraceGrader:
         originals = [bytes(trace.data) for trace in fresh]
         results = self._grade_offline(fresh, originals)
         if results is None:
-            results = [self._grade_safe(trace, original)
-                       for trace, original in zip(fresh, originals, strict=True)]
+            results = [
+                self._grade_safe(trace, original)
+                for trace, original in zip(fresh, originals, strict=True)
+            ]
         # Stored before it is forwarded: once forwarded, its --buffer-dir record is
         # released, and the store's queue (spooled there too) must already hold the grades.
         if self.store is not None:
             now = time.time_ns()
             for trace, original, graded in zip(fresh, originals, results, strict=True):
                 grades = [
-                    StoredGrade(trace.trace_id_hex, run.span_id or "", run.agent, now,
-                                result.to_dict())
+                    StoredGrade(
+                        trace.trace_id_hex, run.span_id or "", run.agent, now, result.to_dict()
+                    )
                     for run, result in graded.runs
                 ]
                 self.store.put(trace.trace_id_hex, original, trace.spans, grades)
-        self.forwarder.offer(ForwardItem(
-            results[0].data if len(results) == 1 else b"".join(g.data for g in results),
-            sum(trace.spans for trace in fresh),
-            tuple(record for trace in fresh for record in trace.records),
-            mergeable=True,
-        ))
+        self.forwarder.offer(
+            ForwardItem(
+                results[0].data if len(results) == 1 else b"".join(g.data for g in results),
+                sum(trace.spans for trace in fresh),
+                tuple(record for trace in fresh for record in trace.records),
+                mergeable=True,
+            )
+        )
         logs = [record for graded in results for record in graded.logs]
         if logs and self.send_logs is not None:
             try:
@@ -180,8 +190,9 @@ class TraceGrader:
             except Exception:
                 log.exception("recording the metrics of graded runs failed")
 
-    def _grade_offline(self, traces: list[HeldTrace],
-                       originals: list[bytes]) -> list[_Graded] | None:
+    def _grade_offline(
+        self, traces: list[HeldTrace], originals: list[bytes]
+    ) -> list[_Graded] | None:
         """The batch graded in a grading process; None: grade here (no pool, model checks
         on, or the pool died)."""
         pool = self.pool
@@ -190,8 +201,10 @@ class TraceGrader:
         try:
             answers = pool.submit(
                 grade_batch_in_worker,
-                [(original, f"trace {trace.trace_id_hex}")
-                 for trace, original in zip(traces, originals, strict=True)],
+                [
+                    (original, f"trace {trace.trace_id_hex}")
+                    for trace, original in zip(traces, originals, strict=True)
+                ],
                 self.send_logs is not None,
             ).result()
         except BrokenProcessPool:
@@ -204,9 +217,12 @@ class TraceGrader:
         results: list[_Graded] = []
         for trace, original, answer in zip(traces, originals, answers, strict=True):
             if isinstance(answer, str):
-                log.error("grading failed; forwarding trace %s ungraded\n%s",
-                          trace.trace_id_hex, answer,
-                          extra={"trace_id": trace.trace_id_hex, "spans": trace.spans})
+                log.error(
+                    "grading failed; forwarding trace %s ungraded\n%s",
+                    trace.trace_id_hex,
+                    answer,
+                    extra={"trace_id": trace.trace_id_hex, "spans": trace.spans},
+                )
                 results.append(_Graded(original, failed=True))
             else:
                 data, runs, logs = answer
@@ -217,8 +233,11 @@ class TraceGrader:
         try:
             return self._grade(trace, original)
         except Exception:
-            log.exception("grading failed; forwarding trace %s ungraded", trace.trace_id_hex,
-                          extra={"trace_id": trace.trace_id_hex, "spans": trace.spans})
+            log.exception(
+                "grading failed; forwarding trace %s ungraded",
+                trace.trace_id_hex,
+                extra={"trace_id": trace.trace_id_hex, "spans": trace.spans},
+            )
             return _Graded(original, failed=True)
 
     def _account(self, trace: HeldTrace, original: bytes, graded: _Graded) -> None:
@@ -247,8 +266,14 @@ class TraceGrader:
 
 
 def grade_decoded(
-    request: Any, decoded: Any, policy: Any, grade_run: Callable[[Run], CheckResult],
-    content: ContentPolicy, *, data: bytes | None = None, now_ns: int | None = None,
+    request: Any,
+    decoded: Any,
+    policy: Any,
+    grade_run: Callable[[Run], CheckResult],
+    content: ContentPolicy,
+    *,
+    data: bytes | None = None,
+    now_ns: int | None = None,
 ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
     """Runs of a decoded trace, graded (`pipeline`) and written into its spans; the
     annotated bytes. The policy's declared dialects read the spans too.
@@ -267,7 +292,8 @@ def grade_decoded(
     if data is not None and not any(mark in data for mark in GRADE_MARKS):
         additions = annotation_bytes(graded, now_ns=now, content=content)
         annotated, _ = append_to_spans(
-            data, {bytes.fromhex(span_id): extra for span_id, extra in additions.items()})
+            data, {bytes.fromhex(span_id): extra for span_id, extra in additions.items()}
+        )
         return annotated, graded
     by_id = {span.span_id: span.source for span in decoded.spans}
     for run, result in graded:
@@ -276,9 +302,14 @@ def grade_decoded(
     return serialized, graded
 
 
-def grade_again(prior: bytes, late: bytes, label: str, policy: Any,
-                grade_run: Callable[[Run], CheckResult], content: ContentPolicy,
-                ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
+def grade_again(
+    prior: bytes,
+    late: bytes,
+    label: str,
+    policy: Any,
+    grade_run: Callable[[Run], CheckResult],
+    content: ContentPolicy,
+) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
     """A trace graded again (`regrade`) from the spans graded before and the late ones:
     (the late spans annotated, as one request; every run found).
 
@@ -297,8 +328,9 @@ def grade_again(prior: bytes, late: bytes, label: str, policy: Any,
     return data, runs
 
 
-def encode_logs(graded: list[tuple[Run, CheckResult]], now_ns: int,
-                content: ContentPolicy) -> list[bytes]:
+def encode_logs(
+    graded: list[tuple[Run, CheckResult]], now_ns: int, content: ContentPolicy
+) -> list[bytes]:
     """The evaluation log records of every graded run (`export.log_records`)."""
     out: list[bytes] = []
     for run, result in graded:
@@ -334,7 +366,6 @@ def init_worker(policy_path: str | None, content: ContentPolicy, nice: int = 0) 
             log.warning("grading process: cannot lower its CPU priority (%s)", e)
     _WORKER_CONTENT = content
     if policy_path is not None:
-
         _WORKER_POLICY = load_policy(policy_path)
 
 
@@ -363,12 +394,22 @@ def _slim(run: Run) -> Run:
     """What the main process still needs of a run (metrics, the log line): ids and names,
     not the content, which can be most of a run and would cost its pickling both ways."""
     steps = [
-        Step(tool_call=ToolCall(name=c.name, is_error=c.is_error, span_id=c.span_id,
-                                call_id=c.call_id)) if (c := s.tool_call) is not None else Step()
+        Step(
+            tool_call=ToolCall(
+                name=c.name, is_error=c.is_error, span_id=c.span_id, call_id=c.call_id
+            )
+        )
+        if (c := s.tool_call) is not None
+        else Step()
         for s in run.steps
     ]
-    return Run(steps=steps, agent=run.agent, trace_id=run.trace_id, span_id=run.span_id,
-               allowed_tools=run.allowed_tools)
+    return Run(
+        steps=steps,
+        agent=run.agent,
+        trace_id=run.trace_id,
+        span_id=run.span_id,
+        allowed_tools=run.allowed_tools,
+    )
 
 
 def grade_in_worker(
@@ -377,27 +418,37 @@ def grade_in_worker(
     """Offline grading of one trace's bytes, in a grading process: the annotated bytes,
     the runs (slimmed for the trip back) and, when `logs`, their evaluation log records."""
 
-
     request = ExportTraceServiceRequest.FromString(data)
     decoded = decode_request(request, source=label, data=data)
     now_ns = time.time_ns()
-    annotated, graded = grade_decoded(request, decoded, _WORKER_POLICY,
-                                      lambda run: grade(run, judge=None), _WORKER_CONTENT,
-                                      data=data, now_ns=now_ns)
+    annotated, graded = grade_decoded(
+        request,
+        decoded,
+        _WORKER_POLICY,
+        lambda run: grade(run, judge=None),
+        _WORKER_CONTENT,
+        data=data,
+        now_ns=now_ns,
+    )
     records = encode_logs(graded, now_ns, _WORKER_CONTENT) if logs else []
     return annotated, [(_slim(run), result) for run, result in graded], records
 
 
-def grade_again_in_worker(prior: bytes, late: bytes, label: str,
-                          ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
+def grade_again_in_worker(
+    prior: bytes,
+    late: bytes,
+    label: str,
+) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
     """`grade_again` in a grading process, the runs slimmed for the trip back."""
-    data, runs = grade_again(prior, late, label, _WORKER_POLICY,
-                             lambda run: grade(run, judge=None), _WORKER_CONTENT)
+    data, runs = grade_again(
+        prior, late, label, _WORKER_POLICY, lambda run: grade(run, judge=None), _WORKER_CONTENT
+    )
     return data, [(_slim(run), result) for run, result in runs]
 
 
 def grade_batch_in_worker(
-    items: list[tuple[bytes, str]], logs: bool = False,
+    items: list[tuple[bytes, str]],
+    logs: bool = False,
 ) -> list[tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]] | str]:
     """`grade_in_worker` for each (bytes, label) of a batch; a trace whose grading raised
     is its formatted exception instead (the others are still graded)."""

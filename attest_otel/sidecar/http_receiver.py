@@ -68,15 +68,15 @@ class _HttpServer(HTTPServer):
 
     def __init__(self, address: tuple[str, int], workers: int, max_connections: int) -> None:
         super().__init__(address, _Handler)
-        self._pool = ThreadPoolExecutor(max_workers=workers,
-                                        thread_name_prefix="attest-otel-http")
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="attest-otel-http")
         self.max_connections = max_connections
         self._lock = threading.Lock()
         self._deadlines: dict[Any, float | None] = {}
         self._timed_out: set[int] = set()
         self._stop = threading.Event()
-        self._reaper = threading.Thread(target=self._reap, name="attest-otel-http-reaper",
-                                        daemon=True)
+        self._reaper = threading.Thread(
+            target=self._reap, name="attest-otel-http-reaper", daemon=True
+        )
         self._reaper.start()
 
     @property
@@ -89,8 +89,9 @@ class _HttpServer(HTTPServer):
         if self.ssl_context is not None:
             # The handshake happens on a pool thread (see _Handler.setup), so a slow or
             # plaintext client never holds up the accept loop.
-            sock = self.ssl_context.wrap_socket(sock, server_side=True,
-                                                do_handshake_on_connect=False)
+            sock = self.ssl_context.wrap_socket(
+                sock, server_side=True, do_handshake_on_connect=False
+            )
         return sock, address
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -128,8 +129,7 @@ class _HttpServer(HTTPServer):
         no deadline, while we work on a request or write the answer)."""
         with self._lock:
             if request in self._deadlines:
-                self._deadlines[request] = (None if after_s is None
-                                            else time.monotonic() + after_s)
+                self._deadlines[request] = None if after_s is None else time.monotonic() + after_s
 
     def timed_out(self, request: Any) -> bool:
         with self._lock:
@@ -139,8 +139,11 @@ class _HttpServer(HTTPServer):
         while not self._stop.wait(_REAP_EVERY_S):
             now = time.monotonic()
             with self._lock:
-                late = [r for r, d in self._deadlines.items()
-                        if d is not None and d <= now and id(r) not in self._timed_out]
+                late = [
+                    r
+                    for r, d in self._deadlines.items()
+                    if d is not None and d <= now and id(r) not in self._timed_out
+                ]
                 for request in late:
                     self._timed_out.add(id(request))
             for request in late:
@@ -204,14 +207,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.headers.get("Authorization")
         ):
             receiver.count_rejection("unauthenticated")
-            self._status(401, _CODE_UNAUTHENTICATED, "missing or wrong bearer token", is_json,
-                         close=True, extra=(("WWW-Authenticate", "Bearer"),))
+            self._status(
+                401,
+                _CODE_UNAUTHENTICATED,
+                "missing or wrong bearer token",
+                is_json,
+                close=True,
+                extra=(("WWW-Authenticate", "Bearer"),),
+            )
             return
         length_header = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked" or length_header is None:
             receiver.count_rejection("length_required")
-            self._status(411, _CODE_INVALID_ARGUMENT, "Content-Length is required", is_json,
-                         close=True)
+            self._status(
+                411, _CODE_INVALID_ARGUMENT, "Content-Length is required", is_json, close=True
+            )
             return
         try:
             length = int(length_header)
@@ -229,9 +239,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.deadline(self.request, receiver.body_timeout_s)
                 self._discard(length)
                 self.server.deadline(self.request, None)
-            self._status(413, _CODE_RESOURCE_EXHAUSTED,
-                         f"body of {length} bytes is over the {limit}-byte limit", is_json,
-                         close=close)
+            self._status(
+                413,
+                _CODE_RESOURCE_EXHAUSTED,
+                f"body of {length} bytes is over the {limit}-byte limit",
+                is_json,
+                close=close,
+            )
             return
         self.server.deadline(self.request, receiver.body_timeout_s)
         body = self.rfile.read(length)
@@ -246,15 +260,23 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if media not in _PROTOBUF_TYPES and not is_json:
             receiver.count_rejection("unsupported_media_type")
-            self._status(415, _CODE_INVALID_ARGUMENT,
-                         f"unsupported content type {media or '(none)'!r}; use "
-                         "application/x-protobuf or application/json", False)
+            self._status(
+                415,
+                _CODE_INVALID_ARGUMENT,
+                f"unsupported content type {media or '(none)'!r}; use "
+                "application/x-protobuf or application/json",
+                False,
+            )
             return
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding not in ("gzip", "identity"):
             receiver.count_rejection("unsupported_media_type")
-            self._status(415, _CODE_INVALID_ARGUMENT,
-                         f"unsupported content encoding {encoding!r}; use gzip", is_json)
+            self._status(
+                415,
+                _CODE_INVALID_ARGUMENT,
+                f"unsupported content encoding {encoding!r}; use gzip",
+                is_json,
+            )
             return
         if encoding == "gzip" or is_json:
             decoded = self._decode(body, encoding == "gzip", is_json, limit)
@@ -272,8 +294,13 @@ class _Handler(BaseHTTPRequestHandler):
         elif outcome.kind == "malformed":
             self._status(400, _CODE_INVALID_ARGUMENT, outcome.message, is_json)
         else:
-            self._status(503, _CODE_UNAVAILABLE, outcome.message, is_json,
-                         retry_after_s=outcome.retry_after_s)
+            self._status(
+                503,
+                _CODE_UNAVAILABLE,
+                outcome.message,
+                is_json,
+                retry_after_s=outcome.retry_after_s,
+            )
 
     def _decode(self, body: bytes, gzipped: bool, is_json: bool, limit: int) -> bytes | None:
         """Gunzip and OTLP/JSON conversion, at most `max_concurrent_decodes` at once: each
@@ -282,8 +309,13 @@ class _Handler(BaseHTTPRequestHandler):
         receiver = self.server.receiver
         if not receiver.decodes.acquire(timeout=receiver.decode_wait_s):
             receiver.count_rejection("decode_busy")
-            self._status(503, _CODE_UNAVAILABLE, "busy decoding other requests; try again",
-                         is_json, retry_after_s=1.0)
+            self._status(
+                503,
+                _CODE_UNAVAILABLE,
+                "busy decoding other requests; try again",
+                is_json,
+                retry_after_s=1.0,
+            )
             return None
         try:
             if gzipped:
@@ -291,8 +323,12 @@ class _Handler(BaseHTTPRequestHandler):
                     body = gunzip(body, "request body", limit)
                 except InflatesTooFar:
                     receiver.count_rejection("too_large")
-                    self._status(413, _CODE_RESOURCE_EXHAUSTED,
-                                 f"body inflates to more than {limit} bytes", is_json)
+                    self._status(
+                        413,
+                        _CODE_RESOURCE_EXHAUSTED,
+                        f"body inflates to more than {limit} bytes",
+                        is_json,
+                    )
                     return None
                 except InputError as e:
                     receiver.count_rejection("malformed")
@@ -410,25 +446,37 @@ class HttpReceiver:
         try:
             server = _HttpServer((host, port), self.workers, self.max_connections)
         except OSError as e:
-            raise ListenError(f"OTLP/HTTP receiver: cannot listen on {self.endpoint}: "
-                              f"{e.strerror or e}") from None
+            raise ListenError(
+                f"OTLP/HTTP receiver: cannot listen on {self.endpoint}: {e.strerror or e}"
+            ) from None
         server.receiver = self
         if self.tls is not None:
             server.ssl_context = self.tls.ssl_context()
         self.port = int(server.server_address[1])
         thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.2},
-            name="attest-otel-http", daemon=True,
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="attest-otel-http",
+            daemon=True,
         )
         thread.start()
         self._server = server
         self._thread = thread
-        log.info("OTLP/HTTP receiver listening",
-                 extra={"endpoint": f"{host}:{self.port}", "path": "/v1/traces",
-                        "tls": "mtls" if self.tls and self.tls.client_ca_file else
-                               "on" if self.tls else "off",
-                        "auth": "bearer" if self.token else "off",
-                        "workers": self.workers, "max_connections": self.max_connections})
+        log.info(
+            "OTLP/HTTP receiver listening",
+            extra={
+                "endpoint": f"{host}:{self.port}",
+                "path": "/v1/traces",
+                "tls": "mtls"
+                if self.tls and self.tls.client_ca_file
+                else "on"
+                if self.tls
+                else "off",
+                "auth": "bearer" if self.token else "off",
+                "workers": self.workers,
+                "max_connections": self.max_connections,
+            },
+        )
         return self.port
 
     def stop(self) -> None:

@@ -36,8 +36,9 @@ def _is_agent_record(record: bytes) -> bool:
     return _AGENT_MARKS[0] in record or _AGENT_MARKS[1] in record
 
 
-def agent_probe(trace: HeldTrace, chunk: bytes, whole: bool, spans: list[SpanFacts], *,
-                keep: bool = True) -> set[bytes]:
+def agent_probe(
+    trace: HeldTrace, chunk: bytes, whole: bool, spans: list[SpanFacts], *, keep: bool = True
+) -> set[bytes]:
     """The raw span ids of the agent spans among `spans` (the spans of `chunk`, new spans of
     `trace`), by the adapters' own test.
 
@@ -51,7 +52,6 @@ def agent_probe(trace: HeldTrace, chunk: bytes, whole: bool, spans: list[SpanFac
     found = {s.span_id for s in spans if _is_agent_record(s.record)}
     if found:
         return found
-
 
     request = ExportTraceServiceRequest.FromString(chunk)
     decoded = decode_request(request, source=f"trace {trace.trace_id_hex}")

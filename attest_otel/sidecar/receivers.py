@@ -154,9 +154,11 @@ def metrics_exposure_warning(address: str | None) -> str | None:
     host = address.strip().rpartition(":")[0].strip("[]") or "0.0.0.0"
     if _is_loopback(host):
         return None
-    return (f"Prometheus metrics are served on non-loopback {address} without TLS or a token: "
-            "anyone who can reach it reads tool and agent names (bind telemetry.prometheus "
-            "to 127.0.0.1 or put it behind a proxy)")
+    return (
+        f"Prometheus metrics are served on non-loopback {address} without TLS or a token: "
+        "anyone who can reach it reads tool and agent names (bind telemetry.prometheus "
+        "to 127.0.0.1 or put it behind a proxy)"
+    )
 
 
 def exposure_warning(endpoints: Sequence[str], *, tls: bool, token: bool) -> str | None:
@@ -168,11 +170,18 @@ def exposure_warning(endpoints: Sequence[str], *, tls: bool, token: bool) -> str
     if not exposed:
         return None
     missing = " and ".join(
-        w for w, on in (("TLS (receivers.tls)", tls),
-                        ("a bearer token (receivers.auth_token_file)", token)) if not on
+        w
+        for w, on in (
+            ("TLS (receivers.tls)", tls),
+            ("a bearer token (receivers.auth_token_file)", token),
+        )
+        if not on
     )
-    return (f"receivers listen on non-loopback {', '.join(exposed)} without {missing}: "
-            "anyone who can reach them can send spans")
+    return (
+        f"receivers listen on non-loopback {', '.join(exposed)} without {missing}: "
+        "anyone who can reach them can send spans"
+    )
+
 
 Accept = Callable[[bytes], Outcome]
 """Takes an ExportTraceServiceRequest encoding; never raises."""
@@ -197,8 +206,14 @@ def _fix_ids(obj: dict[str, Any], keys: Sequence[tuple[str, int]]) -> None:
             obj[key] = _fix_id(obj[key], nbytes)
 
 
-_SPAN_IDS = (("traceId", 16), ("trace_id", 16), ("spanId", 8), ("span_id", 8),
-             ("parentSpanId", 8), ("parent_span_id", 8))
+_SPAN_IDS = (
+    ("traceId", 16),
+    ("trace_id", 16),
+    ("spanId", 8),
+    ("span_id", 8),
+    ("parentSpanId", 8),
+    ("parent_span_id", 8),
+)
 _LINK_IDS = (("traceId", 16), ("trace_id", 16), ("spanId", 8), ("span_id", 8))
 
 
@@ -300,7 +315,8 @@ class GrpcReceiver:
         _check_free(host, port, f"OTLP/gRPC receiver: cannot listen on {self.endpoint}")
         interceptors = (
             [_TokenInterceptor(self._token, self._grader_token, self._on_rejection)]
-            if self._token or self._grader_token else []
+            if self._token or self._grader_token
+            else []
         )
         server = grpc.server(
             futures.ThreadPoolExecutor(
@@ -335,16 +351,26 @@ class GrpcReceiver:
             bound = 0
         if bound == 0:
             server.stop(None)
-            raise ListenError(f"OTLP/gRPC receiver: cannot listen on {self.endpoint} "
-                              "(address in use or not permitted)")
+            raise ListenError(
+                f"OTLP/gRPC receiver: cannot listen on {self.endpoint} "
+                "(address in use or not permitted)"
+            )
         server.start()
         self._server = server
         self.port = bound
-        log.info("OTLP/gRPC receiver listening", extra={
-            "endpoint": f"{host}:{bound}", "method": EXPORT_METHOD,
-            "tls": "mtls" if self._tls and self._tls.client_ca_file else
-                   "on" if self._tls else "off",
-            "auth": "bearer" if self._token else "off"})
+        log.info(
+            "OTLP/gRPC receiver listening",
+            extra={
+                "endpoint": f"{host}:{bound}",
+                "method": EXPORT_METHOD,
+                "tls": "mtls"
+                if self._tls and self._tls.client_ca_file
+                else "on"
+                if self._tls
+                else "off",
+                "auth": "bearer" if self._token else "off",
+            },
+        )
         return bound
 
     def _export(self, request: bytes, context: Any) -> bytes:
@@ -386,20 +412,28 @@ class _TokenInterceptor:
     returns stored content and spends the model budget) its own read token. With only an
     ingest token the Grader API is closed: a sender's token must not read prompts."""
 
-    def __init__(self, token: TokenCheck | None, grader_token: TokenCheck | None,
-                 on_rejection: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        token: TokenCheck | None,
+        grader_token: TokenCheck | None,
+        on_rejection: Callable[[str], None],
+    ) -> None:
 
         self._token = token
         self._grader_token = grader_token
         self._on_rejection = on_rejection
 
         def deny(request: Any, context: Any) -> Any:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                          "missing or wrong bearer token (authorization metadata)")
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "missing or wrong bearer token (authorization metadata)",
+            )
 
         def closed(request: Any, context: Any) -> Any:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                          "the Grader API needs its own token (receivers.grader_token_file)")
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "the Grader API needs its own token (receivers.grader_token_file)",
+            )
 
         self._deny = grpc.unary_unary_rpc_method_handler(
             deny, request_deserializer=None, response_serializer=None

@@ -131,7 +131,8 @@ class Regrader:
         # With `content: drop` the store keeps no spans, so the spans graded before are
         # remembered here (in memory, never on disk), as without a store.
         self.recent: RecentTraces | None = (
-            RecentTraces() if store is None or content.mode == "drop" else None)
+            RecentTraces() if store is None or content.mode == "drop" else None
+        )
         self._spans = _GradeSpans(content)
         self.pool: ProcessPoolExecutor | None = None
         """The grading processes (`grading.grade_again_in_worker`); None: grade here."""
@@ -148,8 +149,9 @@ class Regrader:
         if pending_for is not None:  # a shared store: what is in it, and what waits for it
             return self._shared_prior(trace_id, pending_for)
         if not self.store.flush(_STORE_WAIT_S):
-            log.warning("store: earlier writes still queued; regrading trace %s from what "
-                        "is in", trace_id)
+            log.warning(
+                "store: earlier writes still queued; regrading trace %s from what is in", trace_id
+            )
         stored = self.store.store.get_trace(trace_id)
         if stored is None:
             return None
@@ -166,8 +168,11 @@ class Regrader:
             try:
                 stored = self.store.store.get_trace(trace_id)
             except Exception as e:  # unreachable now: the queued writes are what is known
-                log.warning("store: cannot read trace %s (%s); regrading from the writes "
-                            "still queued", trace_id, " ".join(str(e).split()))
+                log.warning(
+                    "store: cannot read trace %s (%s); regrading from the writes still queued",
+                    trace_id,
+                    " ".join(str(e).split()),
+                )
         if stored is None and not pending:
             return None
         data = stored.data if stored is not None else b""
@@ -187,22 +192,30 @@ class Regrader:
         try:
             prior = self.prior(trace_id)
             if prior is None:
-                log.warning("late spans of trace %s, whose graded spans are no longer kept "
-                            "(store off or pruned): forwarded as they came", trace_id,
-                            extra={"trace_id": trace_id, "spans": trace.spans})
+                log.warning(
+                    "late spans of trace %s, whose graded spans are no longer kept "
+                    "(store off or pruned): forwarded as they came",
+                    trace_id,
+                    extra={"trace_id": trace_id, "spans": trace.spans},
+                )
                 self._forward(late, trace)
                 self.stats.add(late_ungraded=trace.spans)
                 return
             data, changed, runs = self._regrade(trace_id, prior, late)
         except Exception:
-            log.exception("regrading failed; forwarding the late spans of trace %s ungraded",
-                          trace_id, extra={"trace_id": trace_id, "spans": trace.spans})
+            log.exception(
+                "regrading failed; forwarding the late spans of trace %s ungraded",
+                trace_id,
+                extra={"trace_id": trace_id, "spans": trace.spans},
+            )
             self._forward(late, trace)
             self.stats.add(late_ungraded=trace.spans, grade_failures=1)
             return
         now = time.time_ns()
-        grades = [StoredGrade(trace_id, run.span_id or "", run.agent, now, result.to_dict())
-                  for run, result in changed]
+        grades = [
+            StoredGrade(trace_id, run.span_id or "", run.agent, now, result.to_dict())
+            for run, result in changed
+        ]
         if self.store is not None:  # before forwarding, as `grading.TraceGrader` does
             self.store.put(trace_id, late, trace.spans, grades, basis=prior.parts, runs=runs)
         if self.recent is not None:
@@ -231,13 +244,21 @@ class Regrader:
             log.exception("grading trace %s again from the shared store failed", trace_id)
             return
         now = time.time_ns()
-        grades = [StoredGrade(trace_id, run.span_id or "", run.agent, now, result.to_dict())
-                  for run, result in changed]
+        grades = [
+            StoredGrade(trace_id, run.span_id or "", run.agent, now, result.to_dict())
+            for run, result in changed
+        ]
         self.store.put(trace_id, b"", 0, grades, basis=prior.parts, runs=runs)
         self._changed(trace_id, changed, b"", 0, "union")
 
-    def _changed(self, trace_id: str, changed: list[tuple[Run, CheckResult]], late: bytes,
-                 late_spans: int, reason: str | None) -> None:
+    def _changed(
+        self,
+        trace_id: str,
+        changed: list[tuple[Run, CheckResult]],
+        late: bytes,
+        late_spans: int,
+        reason: str | None,
+    ) -> None:
         """The `attest.grade` spans of regraded runs whose spans went out before; counts."""
         stale = [(run, result) for run, result in changed if not _within(run, result, late)]
         if stale:
@@ -248,29 +269,41 @@ class Regrader:
                 log.exception("could not build the attest.grade spans of trace %s", trace_id)
         self.stats.add(traces_regraded=1, runs_regraded=len(changed))
         for run, result in changed:
-            log.info("graded run again", extra={
-                "trace_id": trace_id, "span_id": run.span_id, "agent": run.agent,
-                "verdict": result.verdict, "score": round(result.score, 3),
-                "late_spans": late_spans, "released": reason})
+            log.info(
+                "graded run again",
+                extra={
+                    "trace_id": trace_id,
+                    "span_id": run.span_id,
+                    "agent": run.agent,
+                    "verdict": result.verdict,
+                    "score": round(result.score, 3),
+                    "late_spans": late_spans,
+                    "released": reason,
+                },
+            )
 
     def _forward(self, data: bytes, trace: HeldTrace) -> None:
         self.forwarder.offer(ForwardItem(data, trace.spans, tuple(trace.records), mergeable=True))
 
-    def _regrade(self, trace_id: str, prior: Prior, late: bytes
-                 ) -> tuple[bytes, list[tuple[Run, CheckResult]], list[str]]:
+    def _regrade(
+        self, trace_id: str, prior: Prior, late: bytes
+    ) -> tuple[bytes, list[tuple[Run, CheckResult]], list[str]]:
         """(the late spans annotated, the runs whose grade is new or changed, the agent
         span id of every run found)."""
 
-
         data, runs = self._grade_again(prior.data, late, f"trace {trace_id}")
         # The store keeps grades as the content policy lets it: compare like with like.
-        changed = [(run, result) for run, result in runs
-                   if prior.grades.get(run.span_id or "") not in (
-                       result.to_dict(), scrub_result(result.to_dict(), self.content))]
+        changed = [
+            (run, result)
+            for run, result in runs
+            if prior.grades.get(run.span_id or "")
+            not in (result.to_dict(), scrub_result(result.to_dict(), self.content))
+        ]
         return data, changed, [run.span_id or "" for run, _ in runs]
 
-    def _grade_again(self, prior: bytes, late: bytes, label: str
-                     ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
+    def _grade_again(
+        self, prior: bytes, late: bytes, label: str
+    ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
         """`grading.grade_again` in a grading process when there is one, else here."""
         pool = self.pool
         future = None
@@ -306,7 +339,6 @@ class _GradeSpans:
 
     def _setup(self) -> Any:
 
-
         collected = self._collected
 
         class Collect(SpanExporter):
@@ -314,14 +346,16 @@ class _GradeSpans:
                 collected.extend(spans)
                 return SpanExportResult.SUCCESS
 
-        provider = TracerProvider(resource=default_resource(), shutdown_on_exit=False,
-                                  span_limits=SpanLimits(max_events=1024, max_links=1024))
+        provider = TracerProvider(
+            resource=default_resource(),
+            shutdown_on_exit=False,
+            span_limits=SpanLimits(max_events=1024, max_links=1024),
+        )
         provider.add_span_processor(SimpleSpanProcessor(Collect()))
         return provider.get_tracer(semconv.INSTRUMENTATION_SCOPE, package_version())
 
     def encode(self, runs: list[tuple[Run, CheckResult]]) -> tuple[bytes, int]:
         """One OTLP request with an `attest.grade` span per run; (bytes, span count)."""
-
 
         with self._lock:
             if self._tracer is None:
@@ -335,7 +369,8 @@ class _GradeSpans:
         return data, len(spans)
 
 
-def grade_span_request(runs: list[tuple[Run, CheckResult]],
-                       content: ContentPolicy = KEEP) -> tuple[bytes, int]:
+def grade_span_request(
+    runs: list[tuple[Run, CheckResult]], content: ContentPolicy = KEEP
+) -> tuple[bytes, int]:
     """The `attest.grade` spans of `runs` as one OTLP request (bytes, span count)."""
     return _GradeSpans(content).encode(runs)

@@ -57,9 +57,16 @@ class GradingCapacity:
     is still going, held for longer, are not counted: they are not load yet.
     """
 
-    def __init__(self, horizon_s: float, *, arriving_s: float = 0.0, floor_spans: int = 1024,
-                 cold_spans: int = 16384, window_s: float = 0.25,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        horizon_s: float,
+        *,
+        arriving_s: float = 0.0,
+        floor_spans: int = 1024,
+        cold_spans: int = 16384,
+        window_s: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.horizon_s = horizon_s
         self.arriving_s = arriving_s
         self.floor_spans = floor_spans
@@ -169,8 +176,10 @@ class RequestPath:
         failing = self.forwarder.failing()
         if failing is not None and failing[0] >= self.unready_after_s:
             seconds, error = failing
-            return False, (f"forwarding to {self.forwarder.settings.endpoint} has failed for "
-                           f"{seconds:.0f}s: {error}")
+            return False, (
+                f"forwarding to {self.forwarder.settings.endpoint} has failed for "
+                f"{seconds:.0f}s: {error}"
+            )
         return True, ""
 
     def grading_has_room(self) -> bool:
@@ -178,14 +187,14 @@ class RequestPath:
         some, so a plain request is never refused because agents keep grading busy."""
         backlog = self.stats.grading_spans
         return backlog <= self.max_backlog_spans and (
-            self.capacity is None or self.capacity.has_room(backlog))
+            self.capacity is None or self.capacity.has_room(backlog)
+        )
 
     def accept(self, data: bytes) -> Outcome:
         """One export request (protobuf bytes, already inflated). Never raises."""
         if self.closing:
             self.stats.reject("shutting_down")
-            return Outcome("closing", "the sidecar is shutting down; retry",
-                           self.retry_after_s)
+            return Outcome("closing", "the sidecar is shutting down; retry", self.retry_after_s)
         if not data:
             return OK
         groups: list[ScopeGroup] | None = None
@@ -195,8 +204,9 @@ class RequestPath:
                 # Refused before it is cut up: under a burst most refusals land here.
                 if not self.grading_has_room():
                     self.stats.reject("grading_busy")
-                    return Outcome("full", "grading is at capacity; retry later",
-                                   self.retry_after_s)
+                    return Outcome(
+                        "full", "grading is at capacity; retry later", self.retry_after_s
+                    )
                 groups = split_request(data)
                 spans = sum(len(g.spans) for g in groups)
             else:
@@ -216,11 +226,16 @@ class RequestPath:
             except OSError as e:
                 self.stats.reject("buffer_dir_error")
                 self._disk_error(e)
-                return Outcome("full", f"cannot persist the request under --buffer-dir "
-                                       f"({e.strerror or e}); retry later", self.retry_after_s)
+                return Outcome(
+                    "full",
+                    f"cannot persist the request under --buffer-dir "
+                    f"({e.strerror or e}); retry later",
+                    self.retry_after_s,
+                )
             if self.disk_error is not None:
-                log.warning("buffer-dir: writing again after %d refused request(s)",
-                            self._disk_refused)
+                log.warning(
+                    "buffer-dir: writing again after %d refused request(s)", self._disk_refused
+                )
                 self.disk_error = None
                 self._disk_refused = 0
         if groups is None:
@@ -254,8 +269,9 @@ class RequestPath:
             self.wal.hold(record, 1)
             self.wal.unpin(record)
         self.forwarder.offer(ForwardItem(data, spans, records, mergeable=False))
-        self.stats.add(requests=1, spans_received=spans, spans_held=0, spans_passed=spans,
-                       spans_late=0)
+        self.stats.add(
+            requests=1, spans_received=spans, spans_held=0, spans_passed=spans, spans_late=0
+        )
 
     def _disk_error(self, error: OSError) -> None:
         """One clear line when the buffer dir starts failing, then one per 10 s at most."""
@@ -265,7 +281,9 @@ class RequestPath:
         if self.disk_error is None or now - self._disk_logged >= 10.0:
             log.error(
                 "buffer-dir: cannot persist a request (%s); answering 'retry later' until "
-                "it can (%d refused so far)", error.strerror or error, self._disk_refused,
+                "it can (%d refused so far)",
+                error.strerror or error,
+                self._disk_refused,
                 extra={"dir": str(self.wal.dir) if self.wal is not None else ""},
             )
             self._disk_logged = now
@@ -299,8 +317,7 @@ class RequestPath:
                     genai.add(trace_id)
         return genai
 
-    def route(self, data: bytes, groups: list[ScopeGroup], spans: int,
-              record: int | None) -> None:
+    def route(self, data: bytes, groups: list[ScopeGroup], spans: int, record: int | None) -> None:
         genai = self.classify(data, groups)
         routed = self.buffer.route(groups, genai, record)
         item: ForwardItem | None = None
@@ -308,8 +325,9 @@ class RequestPath:
         if routed.held_spans == 0:
             item = ForwardItem(data, spans, records, mergeable=False)
         elif routed.passthrough:
-            item = ForwardItem(encode_groups(routed.passthrough), routed.passthrough_spans,
-                               records, mergeable=True)
+            item = ForwardItem(
+                encode_groups(routed.passthrough), routed.passthrough_spans, records, mergeable=True
+            )
         if routed.held_spans and self.capacity is not None:
             self.capacity.held(routed.held_spans)
         if self.wal is not None and record is not None:

@@ -83,23 +83,25 @@ and each forwarded request a gRPC call at both ends; a batch pays them once."""
 class Service:
     """The running sidecar. Build it with `build_service`."""
 
-    def __init__(self, config: ServiceConfig, *, policy: Policy | None = None,
-                 judge: Judge | None = None) -> None:
+    def __init__(
+        self, config: ServiceConfig, *, policy: Policy | None = None, judge: Judge | None = None
+    ) -> None:
         """`policy` and `judge` as `build_service` loaded and checked them (None: none)."""
         self.config = config
         self.policy = policy
         self.judge = judge
         self.stats = SidecarStats()
         self.wal: DurableLog | None = (
-            DurableLog(config.buffer.dir, segment_bytes=config.buffer.segment_bytes,
-                       max_bytes=config.buffer.max_dir_bytes)
+            DurableLog(
+                config.buffer.dir,
+                segment_bytes=config.buffer.segment_bytes,
+                max_bytes=config.buffer.max_dir_bytes,
+            )
             if config.buffer.dir is not None
             else None
         )
         fwd = config.forward
-        self.forwarder = Forwarder(
-            fwd, on_done=self.wal.release if self.wal is not None else None
-        )
+        self.forwarder = Forwarder(fwd, on_done=self.wal.release if self.wal is not None else None)
         self.buffer = TraceBuffer(config.buffer, probe=self._probe, release=self._submit)
         self.requests = RequestPath(
             buffer=self.buffer,
@@ -162,7 +164,6 @@ class Service:
                 **target,
             )
             if self.telemetry.meter_provider is not None:
-
                 meter = self.telemetry.meter_provider.get_meter(  # the grade metrics' scope
                     semconv.INSTRUMENTATION_SCOPE, package_version()
                 )
@@ -176,8 +177,12 @@ class Service:
             )
             self.store = opened
             spool = config.buffer.dir / "store-queue" if config.buffer.dir else None
-            self.store_writer = open_writer(opened, spool_dir=spool, content=config.content,
-                                            max_queue_bytes=config.store.max_queue_bytes)
+            self.store_writer = open_writer(
+                opened,
+                spool_dir=spool,
+                content=config.content,
+                max_queue_bytes=config.store.max_queue_bytes,
+            )
         emit = None
         if self.telemetry is not None:
             telemetry = self.telemetry
@@ -195,13 +200,21 @@ class Service:
             content=config.content,
         )
         regrader = Regrader(  # late spans: the trace graded again
-            policy=self.policy, grade_run=self.grader.grade_run, forwarder=self.forwarder,
-            stats=self.stats, store=self.store_writer, content=config.content)
+            policy=self.policy,
+            grade_run=self.grader.grade_run,
+            forwarder=self.forwarder,
+            stats=self.stats,
+            store=self.store_writer,
+            content=config.content,
+        )
         self.grader.regrade = regrader
         self.regrader = regrader
         self.grader.remember = regrader.remember
-        if (config.store.enabled and config.store.url is not None
-                and isinstance(self.store_writer, SharedStoreWriter)):  # another sidecar's spans
+        if (
+            config.store.enabled
+            and config.store.url is not None
+            and isinstance(self.store_writer, SharedStoreWriter)
+        ):  # another sidecar's spans
             self.store_writer.on_stale = self._stale(regrader)
         if tel.logs:
             self.evaluation_logs = EvaluationLogs(config.forward, telemetry_target(config))
@@ -218,8 +231,7 @@ class Service:
             try:
                 pool.submit(regrader.refresh, trace_id)
             except RuntimeError:  # shutting down: the next writer of the trace will
-                log.warning("store: trace %s not graded again from its whole (shutdown)",
-                            trace_id)
+                log.warning("store: trace %s not graded again from its whole (shutdown)", trace_id)
 
         return refresh
 
@@ -233,8 +245,9 @@ class Service:
                 return False, full
         return ready, why
 
-    def _probe(self, trace: HeldTrace, chunk: bytes, whole: bool,
-               spans: list[SpanFacts]) -> set[bytes]:
+    def _probe(
+        self, trace: HeldTrace, chunk: bytes, whole: bool, spans: list[SpanFacts]
+    ) -> set[bytes]:
         return agent_probe(trace, chunk, whole, spans, keep=self._processes is None)
 
     def _start_processes(self) -> None:
@@ -249,8 +262,11 @@ class Service:
             max_workers=count,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=init_worker,
-            initargs=(str(policy) if policy is not None else None,
-                      self.config.content, self.config.grading.nice),
+            initargs=(
+                str(policy) if policy is not None else None,
+                self.config.content,
+                self.config.grading.nice,
+            ),
         )
         try:
             for warmed in [pool.submit(warm_worker) for _ in range(count)]:
@@ -288,12 +304,16 @@ class Service:
         for trace in traces:
             if len(trace.data) > limit and not trace.late:
                 # Grading costs about 40x a trace's bytes: past the cap it goes on ungraded.
-                log.warning("trace %s holds %d bytes, over grading.max_trace_size_mib: "
-                            "forwarded ungraded", trace.trace_id_hex, len(trace.data),
-                            extra={"trace_id": trace.trace_id_hex, "spans": trace.spans})
+                log.warning(
+                    "trace %s holds %d bytes, over grading.max_trace_size_mib: forwarded ungraded",
+                    trace.trace_id_hex,
+                    len(trace.data),
+                    extra={"trace_id": trace.trace_id_hex, "spans": trace.spans},
+                )
                 self.stats.graded("too_large", 0, False)
-                self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans,
-                                                 tuple(trace.records)))
+                self.forwarder.offer(
+                    ForwardItem(bytes(trace.data), trace.spans, tuple(trace.records))
+                )
                 continue
             if not batched:
                 self._submit_batch(pool, [trace])
@@ -318,8 +338,9 @@ class Service:
         except RuntimeError:  # pool shut down: forward as it came rather than lose it
             self.stats.add(grading_spans=-spans)
             for trace in batch:
-                self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans,
-                                                 tuple(trace.records)))
+                self.forwarder.offer(
+                    ForwardItem(bytes(trace.data), trace.spans, tuple(trace.records))
+                )
             return
         with self._pending_lock:
             self._pending[future] = batch
@@ -375,8 +396,11 @@ class Service:
                 else None
             )
             for warning in (
-                exposure_warning((rc.grpc_endpoint, rc.http_endpoint),
-                                 tls=tls is not None, token=token is not None),
+                exposure_warning(
+                    (rc.grpc_endpoint, rc.http_endpoint),
+                    tls=tls is not None,
+                    token=token is not None,
+                ),
                 metrics_exposure_warning(self.config.telemetry.prometheus),
             ):
                 if warning:
@@ -418,8 +442,11 @@ class Service:
                 "grpc": f"{_host(self.config.receivers.grpc_endpoint)}:{self.grpc.port}",
                 "http": f"{_host(self.config.receivers.http_endpoint)}:{self.http.port}",
                 "forward": f"{self.config.forward.endpoint} ({self.config.forward.protocol})",
-                "store": (redact(self.config.store.url or self.config.store.path)
-                          if self.config.store.enabled else "off"),
+                "store": (
+                    redact(self.config.store.url or self.config.store.path)
+                    if self.config.store.enabled
+                    else "off"
+                ),
                 "buffer_dir": str(self.config.buffer.dir) if self.config.buffer.dir else "off",
                 "model_checks": "on" if self.gate is not None else "off",
                 "prometheus": getattr(self.telemetry, "prometheus_url", None) or "off",
@@ -452,8 +479,10 @@ class Service:
                 return True
             budget = self.config.shutdown_deadline_s if deadline_s is None else deadline_s
             deadline = time.monotonic() + budget
-            log.info("shutting down", extra={"deadline_s": budget,
-                                             "held_traces": self.buffer.held_traces})
+            log.info(
+                "shutting down",
+                extra={"deadline_s": budget, "held_traces": self.buffer.held_traces},
+            )
             self.requests.closing = True
             if self.http is not None:
                 self.http.stop()
@@ -507,8 +536,7 @@ class Service:
         with self._pending_lock:
             left = [t for f, batch in self._pending.items() if f.cancel() for t in batch]
         for trace in left:  # never started: forward ungraded rather than lose them
-            self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans,
-                                             tuple(trace.records)))
+            self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans, tuple(trace.records)))
         pool.shutdown(wait=False, cancel_futures=True)
         self._pool = None
         if self._processes is not None:
@@ -530,7 +558,6 @@ def telemetry_target(config: ServiceConfig) -> dict[str, Any]:
     do not send it to every endpoint.
     """
 
-
     os.environ.pop("OTEL_EXPORTER_OTLP_HEADERS", None)
     tel, fwd = config.telemetry, config.forward
     endpoint = tel.endpoint or fwd.endpoint
@@ -548,8 +575,13 @@ def telemetry_target(config: ServiceConfig) -> dict[str, Any]:
             str(fwd.tls_key_file) if fwd.tls_key_file else None,
         )
     headers = dict(tel.headers) or (dict(fwd.headers) if same else {})
-    return {"endpoint": endpoint, "protocol": tel.protocol or fwd.protocol,
-            "timeout_s": tel.timeout_s, "headers": headers or None, "tls": tls}
+    return {
+        "endpoint": endpoint,
+        "protocol": tel.protocol or fwd.protocol,
+        "timeout_s": tel.timeout_s,
+        "headers": headers or None,
+        "tls": tls,
+    }
 
 
 def _host(endpoint: str) -> str:
@@ -585,14 +617,18 @@ def load_grading(config: ServiceConfig) -> tuple[Policy | None, Judge | None]:
         found = judge_from_env(model.model)
         client = getattr(found, "_client", None)  # an AnthropicJudge: ours, with our settings
         if found is None:
-            problems.append("grading.model.enabled: true, but no model is available "
-                            "(set ANTHROPIC_API_KEY)")
+            problems.append(
+                "grading.model.enabled: true, but no model is available (set ANTHROPIC_API_KEY)"
+            )
         elif client is not None:
-            judge = AnthropicJudge(client, model.model, max_concurrency=model.max_concurrency,
-                                   content=config.content)
+            judge = AnthropicJudge(
+                client, model.model, max_concurrency=model.max_concurrency, content=config.content
+            )
         elif config.content.mode != "keep":
-            problems.append(f"content.mode: {config.content.mode} needs the Anthropic judge "
-                            f"(the model in use is a {type(found).__name__})")
+            problems.append(
+                f"content.mode: {config.content.mode} needs the Anthropic judge "
+                f"(the model in use is a {type(found).__name__})"
+            )
         else:
             judge = found
     if problems:

@@ -22,40 +22,70 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "attest.sidecar.spans.received": ("counter", "{span}", "Spans accepted by the receivers."),
     "attest.sidecar.spans.forwarded": ("counter", "{span}", "Spans delivered downstream."),
     "attest.sidecar.spans.late": (
-        "counter", "{span}", "Spans that arrived after their trace was graded (graded again "
-        "with it)."),
+        "counter",
+        "{span}",
+        "Spans that arrived after their trace was graded (graded again with it).",
+    ),
     "attest.sidecar.spans.late_ungraded": (
-        "counter", "{span}", "Late spans sent as they came: their trace's graded spans were "
-        "no longer kept (store off and memory full, or pruned), or regrading failed."),
+        "counter",
+        "{span}",
+        "Late spans sent as they came: their trace's graded spans were "
+        "no longer kept (store off and memory full, or pruned), or regrading failed.",
+    ),
     "attest.sidecar.spans.dropped": (
-        "counter", "{span}", "Spans given up on, by reason (refused, shutdown, error)."),
+        "counter",
+        "{span}",
+        "Spans given up on, by reason (refused, shutdown, error).",
+    ),
     "attest.sidecar.spans.held": ("gauge", "{span}", "Spans held in the trace buffer now."),
     "attest.sidecar.traces.held": ("gauge", "{trace}", "Traces held in the trace buffer now."),
     "attest.sidecar.traces.graded": (
-        "counter", "{trace}", "Traces graded, by why they were released "
-        "(complete, idle, limit, shutdown, late: late spans, graded again with the trace)."),
+        "counter",
+        "{trace}",
+        "Traces graded, by why they were released "
+        "(complete, idle, limit, shutdown, late: late spans, graded again with the trace).",
+    ),
     "attest.sidecar.traces.regraded": (
-        "counter", "{trace}", "Traces graded again because spans arrived after they were "
-        "graded."),
+        "counter",
+        "{trace}",
+        "Traces graded again because spans arrived after they were graded.",
+    ),
     "attest.sidecar.runs.regraded": (
-        "counter", "{run}", "Runs whose grade changed when graded again with late spans (each "
-        "sent as an attest.grade span and stored in place of the old grade)."),
+        "counter",
+        "{run}",
+        "Runs whose grade changed when graded again with late spans (each "
+        "sent as an attest.grade span and stored in place of the old grade).",
+    ),
     "attest.sidecar.grade.failures": (
-        "counter", "{trace}", "Traces forwarded ungraded because grading failed."),
+        "counter",
+        "{trace}",
+        "Traces forwarded ungraded because grading failed.",
+    ),
     "attest.sidecar.queue.spans": ("gauge", "{span}", "Spans queued for forwarding."),
     "attest.sidecar.queue.size": ("gauge", "By", "Bytes queued for forwarding."),
     "attest.sidecar.forward.retries": ("counter", "{retry}", "Forwarding attempts retried."),
     "attest.sidecar.store.writes": (
-        "counter", "{trace}", "Trace writes the store took (spans and grades)."),
+        "counter",
+        "{trace}",
+        "Trace writes the store took (spans and grades).",
+    ),
     "attest.sidecar.store.dropped": (
-        "counter", "{trace}", "Trace writes refused because the store's queue was full (the "
-        "database away too long); the spans were still forwarded."),
+        "counter",
+        "{trace}",
+        "Trace writes refused because the store's queue was full (the "
+        "database away too long); the spans were still forwarded.",
+    ),
     "attest.sidecar.spans.possible_duplicates": (
-        "counter", "{span}", "Spans sent again after a forward timed out: the next hop may "
-        "have received them twice."),
+        "counter",
+        "{span}",
+        "Spans sent again after a forward timed out: the next hop may have received them twice.",
+    ),
     "attest.sidecar.requests.rejected": (
-        "counter", "{request}", "Requests refused, by reason (queue_full, grading_busy, malformed, "
-        "too_large, unsupported_media_type, length_required, shutting_down)."),
+        "counter",
+        "{request}",
+        "Requests refused, by reason (queue_full, grading_busy, malformed, "
+        "too_large, unsupported_media_type, length_required, shutting_down).",
+    ),
 }
 """The sidecar's own metrics (through the same meter provider / Prometheus endpoint as the
 grade metrics). Prometheus names: dots -> underscores, `_total` on counters."""
@@ -121,8 +151,7 @@ def register_metrics(meter: Any, service: Any) -> None:
         "attest.sidecar.spans.late_ungraded": one(lambda: stats.late_ungraded),
         "attest.sidecar.traces.regraded": one(lambda: stats.traces_regraded),
         "attest.sidecar.runs.regraded": one(lambda: stats.runs_regraded),
-        "attest.sidecar.spans.dropped": by(lambda: dict(forwarder.stats.dropped).items(),
-                                           "reason"),
+        "attest.sidecar.spans.dropped": by(lambda: dict(forwarder.stats.dropped).items(), "reason"),
         "attest.sidecar.spans.held": one(lambda: buffer.held_spans),
         "attest.sidecar.traces.held": one(lambda: buffer.held_traces),
         "attest.sidecar.traces.graded": by(lambda: dict(stats.traces_graded).items(), "reason"),
@@ -130,14 +159,12 @@ def register_metrics(meter: Any, service: Any) -> None:
         "attest.sidecar.queue.spans": one(lambda: forwarder.queued_spans),
         "attest.sidecar.queue.size": one(lambda: forwarder.queued_bytes),
         "attest.sidecar.forward.retries": one(lambda: forwarder.stats.retries),
-        "attest.sidecar.store.writes": one(
-            lambda: getattr(service.store_writer, "written", 0)),
-        "attest.sidecar.store.dropped": one(
-            lambda: getattr(service.store_writer, "dropped", 0)),
+        "attest.sidecar.store.writes": one(lambda: getattr(service.store_writer, "written", 0)),
+        "attest.sidecar.store.dropped": one(lambda: getattr(service.store_writer, "dropped", 0)),
         "attest.sidecar.spans.possible_duplicates": one(
-            lambda: forwarder.stats.possible_duplicates),
-        "attest.sidecar.requests.rejected": by(lambda: dict(stats.rejections).items(),
-                                               "reason"),
+            lambda: forwarder.stats.possible_duplicates
+        ),
+        "attest.sidecar.requests.rejected": by(lambda: dict(stats.rejections).items(), "reason"),
     }
     for name, (kind, unit, description) in METRICS.items():
         callback = callbacks[name]

@@ -74,8 +74,13 @@ class _Segment:
 class DurableLog:
     """Segmented, fsynced request log with per-record reference counts."""
 
-    def __init__(self, directory: str | Path, *, segment_bytes: int = 64 * 1024 * 1024,
-                 max_bytes: int | None = None):
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        segment_bytes: int = 64 * 1024 * 1024,
+        max_bytes: int | None = None,
+    ):
         self.dir = Path(directory)
         self.segment_bytes = segment_bytes
         self.max_bytes = max_bytes
@@ -121,8 +126,11 @@ class DurableLog:
             try:
                 done |= self._read_acks(path.with_suffix(".ack"))
             except OSError as e:
-                log.error("buffer-dir: %s cannot be read (%s)", path.with_suffix(".ack").name,
-                          e.strerror or e)
+                log.error(
+                    "buffer-dir: %s cannot be read (%s)",
+                    path.with_suffix(".ack").name,
+                    e.strerror or e,
+                )
         for seq, path in found:
             last_seq = max(last_seq, seq)
             segment = _Segment(seq, path, path.with_suffix(".ack"), sealed=True)
@@ -130,8 +138,11 @@ class DurableLog:
                 records = self._read_records(path, seq)
                 segment.size = path.stat().st_size
             except OSError as e:
-                log.error("buffer-dir: %s cannot be read (%s); skipped, the rest is replayed",
-                          path.name, e.strerror or e)
+                log.error(
+                    "buffer-dir: %s cannot be read (%s); skipped, the rest is replayed",
+                    path.name,
+                    e.strerror or e,
+                )
                 continue
             for rid, data in records:
                 if rid in done or rid in self._refs:
@@ -174,11 +185,20 @@ class DurableLog:
                 continue
             found = _next_record(raw, pos + 1, seq)
             if found < 0:
-                log.warning("buffer-dir: %s: %d damaged or torn byte(s) at the end (from byte "
-                            "%d) ignored", path.name, len(raw) - pos, pos)
+                log.warning(
+                    "buffer-dir: %s: %d damaged or torn byte(s) at the end (from byte %d) ignored",
+                    path.name,
+                    len(raw) - pos,
+                    pos,
+                )
                 return out
-            log.warning("buffer-dir: %s: %d damaged byte(s) at byte %d skipped; replay goes on "
-                        "with the next intact record", path.name, found - pos, pos)
+            log.warning(
+                "buffer-dir: %s: %d damaged byte(s) at byte %d skipped; replay goes on "
+                "with the next intact record",
+                path.name,
+                found - pos,
+                pos,
+            )
             pos = found
         if pos < len(raw):
             log.warning("buffer-dir: %s: torn record at byte %d ignored", path.name, pos)
@@ -230,15 +250,20 @@ class DurableLog:
             if not segment.pending or (not force and live * 4 >= max(segment.size, 1)):
                 continue
             try:
-                records = [r for r in self._read_records(segment.path, segment.seq)
-                           if r[0] in segment.pending]
-                blob = b"".join(_HEADER.pack(len(data), zlib.crc32(data), rid) + data
-                                for rid, data in records)
+                records = [
+                    r
+                    for r in self._read_records(segment.path, segment.seq)
+                    if r[0] in segment.pending
+                ]
+                blob = b"".join(
+                    _HEADER.pack(len(data), zlib.crc32(data), rid) + data for rid, data in records
+                )
                 _write_all(self._fd, blob)
                 os.fsync(self._fd)
             except OSError as e:
-                log.warning("buffer-dir: cannot compact %s (%s)", segment.path.name,
-                            e.strerror or e)
+                log.warning(
+                    "buffer-dir: cannot compact %s (%s)", segment.path.name, e.strerror or e
+                )
                 self._cut(self._written)
                 return
             self._written += len(blob)
@@ -250,8 +275,13 @@ class DurableLog:
             self._remove(segment)
             del self._segments[segment.seq]
             self.compactions += 1
-            log.info("buffer-dir: %s compacted: %d undone record(s), %d of %d bytes kept",
-                     segment.path.name, len(records), len(blob), segment.size)
+            log.info(
+                "buffer-dir: %s compacted: %d undone record(s), %d of %d bytes kept",
+                segment.path.name,
+                len(records),
+                len(blob),
+                segment.size,
+            )
 
     @property
     def disk_bytes(self) -> int:
@@ -276,8 +306,9 @@ class DurableLog:
                     self._rotate(active.seq + 1)
                 except OSError as e:
                     self.write_errors += 1
-                    raise BufferDirError(e.errno, f"cannot start a new segment: "
-                                                  f"{e.strerror or e}") from e
+                    raise BufferDirError(
+                        e.errno, f"cannot start a new segment: {e.strerror or e}"
+                    ) from e
                 active = self._active
                 assert active is not None
             need = _HEADER.size + len(data)
@@ -326,9 +357,11 @@ class DurableLog:
         try:
             os.ftruncate(self._fd, start)
         except OSError:
-            log.error("buffer-dir: could not cut a partial record off %s; starting a new "
-                      "segment with the next request", self._active.path.name
-                      if self._active else "?")
+            log.error(
+                "buffer-dir: could not cut a partial record off %s; starting a new "
+                "segment with the next request",
+                self._active.path.name if self._active else "?",
+            )
             self._poisoned = True
 
     def _sync(self, fd: int, target: int, generation: int) -> None:

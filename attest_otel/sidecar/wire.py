@@ -262,8 +262,13 @@ def span_links(record: bytes) -> tuple[bytes, bytes]:
         except WireError:
             return b"", b""
     start = p
-    if end - p >= 28 and record[p] == 0x0A and record[p + 1] == 16 and record[p + 18] == 0x12 \
-            and record[p + 19] == 8:
+    if (
+        end - p >= 28
+        and record[p] == 0x0A
+        and record[p + 1] == 16
+        and record[p + 18] == 0x12
+        and record[p + 19] == 8
+    ):
         span_id = record[p + 20 : p + 28]
         p += 28
         if p < end and record[p] == 0x1A:
@@ -438,7 +443,8 @@ def _plain(data: bytes) -> tuple[int, set[bytes]] | None:
                         pos = vend
                         break
             if count > first and is_genai_scope(
-                    ScopeGroup(b"", b"".join(scope_parts)).scope_name()):
+                ScopeGroup(b"", b"".join(scope_parts)).scope_name()
+            ):
                 return None
     return count, trace_ids
 

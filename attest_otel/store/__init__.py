@@ -67,10 +67,16 @@ def open_store(
     if is_url(target):
         from attest_otel.store.postgres import PostgresStore
 
-        return PostgresStore(str(target), readonly=readonly, max_age_s=max_age_s,
-                             max_bytes=max_bytes, wait_for_database=wait_for_database)
-    return TraceStore(Path(target).expanduser(), readonly=readonly, max_age_s=max_age_s,
-                      max_bytes=max_bytes)
+        return PostgresStore(
+            str(target),
+            readonly=readonly,
+            max_age_s=max_age_s,
+            max_bytes=max_bytes,
+            wait_for_database=wait_for_database,
+        )
+    return TraceStore(
+        Path(target).expanduser(), readonly=readonly, max_age_s=max_age_s, max_bytes=max_bytes
+    )
 
 
 def open_writer(
@@ -87,5 +93,4 @@ def open_writer(
         return StoreWriter(store, content=content)
     from attest_otel.store.shared_writer import SharedStoreWriter
 
-    return SharedStoreWriter(store, spool_dir=spool_dir, max_bytes=max_queue_bytes,
-                             content=content)
+    return SharedStoreWriter(store, spool_dir=spool_dir, max_bytes=max_queue_bytes, content=content)

@@ -66,7 +66,7 @@ def redact(target: object) -> str:
     `store:` prefix); a path as it is."""
     text = str(target)
     if text.startswith("store:"):
-        return "store:" + redact(text[len("store:"):])
+        return "store:" + redact(text[len("store:") :])
     if "://" not in text:
         return text
     parts = urlsplit(text)
@@ -118,9 +118,16 @@ class Writer(Protocol):
 
     def start(self) -> None: ...
 
-    def put(self, trace_id: str, data: bytes, span_count: int,
-            grades: Sequence[StoredGrade] = (), *, basis: Sequence[str] | None = None,
-            runs: Sequence[str] | None = None) -> None: ...
+    def put(
+        self,
+        trace_id: str,
+        data: bytes,
+        span_count: int,
+        grades: Sequence[StoredGrade] = (),
+        *,
+        basis: Sequence[str] | None = None,
+        runs: Sequence[str] | None = None,
+    ) -> None: ...
 
     def flush(self, timeout_s: float = 5.0) -> bool: ...
 
@@ -177,8 +184,7 @@ def grade_facts(result: Mapping[str, Any]) -> GradeFacts:
     seen: set[str] = set()
     calls = []
     for (tool, verdict, severity), n in groups.items():
-        calls.append(CallCount(tool, verdict, severity, n, tool not in seen,
-                               tool in failed_tools))
+        calls.append(CallCount(tool, verdict, severity, n, tool not in seen, tool in failed_tools))
         seen.add(tool)
     return GradeFacts(
         passed=bool(result.get("passed")),

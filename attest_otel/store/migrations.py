@@ -30,7 +30,10 @@ log = logging.getLogger(__name__)
 LOCK_KEY = 0x617474657374  # "attest": the advisory lock every migrating sidecar takes
 
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
-    (1, "traces, parts, grades and the report's tallies", """
+    (
+        1,
+        "traces, parts, grades and the report's tallies",
+        """
 CREATE TABLE traces (
     trace_id    text PRIMARY KEY,
     first_ns    bigint NOT NULL,
@@ -87,8 +90,12 @@ CREATE TABLE grade_recoveries (
 );
 CREATE INDEX grade_recoveries_by_run ON grade_recoveries (trace_id, span_id);
 CREATE INDEX grade_recoveries_by_time ON grade_recoveries (graded_ns);
-"""),
-    (2, "hourly tallies for report, and an index for each problem's latest trace", """
+""",
+    ),
+    (
+        2,
+        "hourly tallies for report, and an index for each problem's latest trace",
+        """
 CREATE TABLE rollup_agents (
     bucket bigint NOT NULL, agent text NOT NULL, passed bigint NOT NULL, runs bigint NOT NULL,
     PRIMARY KEY (bucket, agent)
@@ -106,7 +113,9 @@ CREATE TABLE rollup_recoveries (
 CREATE INDEX grade_calls_problems
     ON grade_calls (verdict, tool, graded_ns DESC, trace_id DESC, span_id DESC)
     WHERE severity <> 'pass';
-""" + backfill_sql()),
+"""
+        + backfill_sql(),
+    ),
 )
 
 
@@ -126,14 +135,19 @@ def migrate(conn: Any) -> list[int]:
             if version in have:
                 continue
             conn.execute(sql)
-            conn.execute("INSERT INTO attest_schema (version, description) VALUES (%s, %s)",
-                         (version, description))
+            conn.execute(
+                "INSERT INTO attest_schema (version, description) VALUES (%s, %s)",
+                (version, description),
+            )
             applied.append(version)
         newest = max((v for v, _, _ in MIGRATIONS), default=0)
         ahead = sorted(v for v in have if v > newest)
         if ahead:
-            log.warning("store: schema has migrations %s this attest-otel does not know "
-                        "(a newer version ran); using it as it is", ahead)
+            log.warning(
+                "store: schema has migrations %s this attest-otel does not know "
+                "(a newer version ran); using it as it is",
+                ahead,
+            )
     if applied:
         log.info("store: schema migrated", extra={"versions": ",".join(map(str, applied))})
     return applied

@@ -55,8 +55,7 @@ Unreachable = (psycopg.OperationalError, psycopg.InterfaceError)
 """Errors that mean "the database cannot be asked now" (retry later), not "this write is
 wrong". `psycopg_pool.PoolTimeout` is an OperationalError."""
 
-PutItem = tuple[str, bytes, int, Sequence[StoredGrade], Sequence[str] | None,
-                Sequence[str] | None]
+PutItem = tuple[str, bytes, int, Sequence[StoredGrade], Sequence[str] | None, Sequence[str] | None]
 """(trace id, OTLP bytes, span count, grades, basis digests, every run's span id)."""
 
 
@@ -101,17 +100,24 @@ class PostgresStore:
                     migrate(conn)
                     self._migrated = True
                 elif conn.execute("SELECT to_regclass('grades')").fetchone() == (None,):
-                    raise SourceError(f"{self.location}: no attest-otel store in this "
-                                      "database (has a sidecar written to it?)")
+                    raise SourceError(
+                        f"{self.location}: no attest-otel store in this "
+                        "database (has a sidecar written to it?)"
+                    )
         except psycopg.OperationalError as e:
             if readonly or not wait_for_database:
                 raise SourceError(
-                    f"store {self.location}: cannot connect: {_one_line(e)}") from None
+                    f"store {self.location}: cannot connect: {_one_line(e)}"
+                ) from None
             # A sidecar must not crash-loop while the database is away (a rollout, a
             # failover): it starts, its writer queues the grades, and the schema is brought
             # up to date by the first connection the pool makes once the database is back.
-            log.warning("store %s: cannot connect (%s); starting anyway, grades wait in the "
-                        "store queue until it is reachable", self.location, _one_line(e))
+            log.warning(
+                "store %s: cannot connect (%s); starting anyway, grades wait in the "
+                "store queue until it is reachable",
+                self.location,
+                _one_line(e),
+            )
         except psycopg.Error as e:
             raise SourceError(f"store {self.location}: cannot connect: {_one_line(e)}") from None
 
@@ -126,9 +132,15 @@ class PostgresStore:
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             # A connection is waited for at most 2 s: a database that is away shows at once
             # (the writer's queue holds the writes), not after each write's long wait.
-            url, min_size=1, max_size=pool_size, timeout=min(2.0, connect_timeout_s),
-            kwargs={"connect_timeout": timeout}, configure=configure,
-            check=ConnectionPool.check_connection, name="attest-otel-store", open=False,
+            url,
+            min_size=1,
+            max_size=pool_size,
+            timeout=min(2.0, connect_timeout_s),
+            kwargs={"connect_timeout": timeout},
+            configure=configure,
+            check=ConnectionPool.check_connection,
+            name="attest-otel-store",
+            open=False,
         )
         self._pool.open(wait=False)
 
@@ -143,10 +155,17 @@ class PostgresStore:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def put_trace(self, trace_id: str, data: bytes, span_count: int,
-                  grades: Sequence[StoredGrade] = (), *, now_ns: int | None = None,
-                  basis: Sequence[str] | None = None,
-                  runs: Sequence[str] | None = None) -> list[str]:
+    def put_trace(
+        self,
+        trace_id: str,
+        data: bytes,
+        span_count: int,
+        grades: Sequence[StoredGrade] = (),
+        *,
+        now_ns: int | None = None,
+        basis: Sequence[str] | None = None,
+        runs: Sequence[str] | None = None,
+    ) -> list[str]:
         return self.put_many([(trace_id, data, span_count, grades, basis, runs)], now_ns=now_ns)
 
     def put_many(self, items: Sequence[PutItem], *, now_ns: int | None = None) -> list[str]:
@@ -166,14 +185,25 @@ class PostgresStore:
             deltas.apply(cur)
         return stale
 
-    def _put(self, cur: psycopg.Cursor[Any], trace_id: str, data: bytes, span_count: int,
-             grades: Sequence[StoredGrade], basis: Sequence[str] | None,
-             runs: Sequence[str] | None, *, now: int, deltas: Deltas) -> bool:
+    def _put(
+        self,
+        cur: psycopg.Cursor[Any],
+        trace_id: str,
+        data: bytes,
+        span_count: int,
+        grades: Sequence[StoredGrade],
+        basis: Sequence[str] | None,
+        runs: Sequence[str] | None,
+        *,
+        now: int,
+        deltas: Deltas,
+    ) -> bool:
         if data or basis is None:
             cur.execute(  # takes the trace's row lock for the rest of the transaction
                 "INSERT INTO traces (trace_id, first_ns, updated_ns) VALUES (%s, %s, %s)"
                 " ON CONFLICT (trace_id) DO UPDATE SET updated_ns = EXCLUDED.updated_ns",
-                (trace_id, now, now))
+                (trace_id, now, now),
+            )
         else:  # a regrade of what is stored: only if it still is
             cur.execute("SELECT 1 FROM traces WHERE trace_id = %s FOR UPDATE", (trace_id,))
             if cur.fetchone() is None:
@@ -183,33 +213,44 @@ class PostgresStore:
             cur.execute(
                 "INSERT INTO trace_parts (trace_id, digest, added_ns, span_count, data)"
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-                (trace_id, digest, now, span_count, data))
+                (trace_id, digest, now, span_count, data),
+            )
             if cur.fetchone() is not None:
-                cur.execute("UPDATE traces SET span_count = span_count + %s,"
-                            " size_bytes = size_bytes + %s WHERE trace_id = %s",
-                            (span_count, len(data), trace_id))
+                cur.execute(
+                    "UPDATE traces SET span_count = span_count + %s,"
+                    " size_bytes = size_bytes + %s WHERE trace_id = %s",
+                    (span_count, len(data), trace_id),
+                )
             basis = (*(basis or ()), digest)  # a write's grades include its own spans
         if not grades and runs is None:
             return False
-        cur.execute("SELECT digest, span_count FROM trace_parts WHERE trace_id = %s",
-                    (trace_id,))
+        cur.execute("SELECT digest, span_count FROM trace_parts WHERE trace_id = %s", (trace_id,))
         stored = {str(d): int(n) for d, n in cur.fetchall()}
         wanted = set(stored) if basis is None else set(basis)  # None: no spans, all parts
         basis_spans = sum(n for d, n in stored.items() if d in wanted)
         is_stale = any(d not in wanted for d in stored)
         self._put_grades(cur, grades, basis_spans, deltas)
         if runs is not None and not is_stale:  # a grading of the whole trace: no others
-            _delete_grades(cur, "trace_id = %s AND NOT (span_id = ANY(%s))",
-                           (trace_id, list(runs)), deltas)
+            _delete_grades(
+                cur, "trace_id = %s AND NOT (span_id = ANY(%s))", (trace_id, list(runs)), deltas
+            )
         return is_stale
 
-    def _put_grades(self, cur: psycopg.Cursor[Any], grades: Sequence[StoredGrade],
-                    basis_spans: int, deltas: Deltas) -> None:
+    def _put_grades(
+        self,
+        cur: psycopg.Cursor[Any],
+        grades: Sequence[StoredGrade],
+        basis_spans: int,
+        deltas: Deltas,
+    ) -> None:
         for g in grades:
             facts = grade_facts(g.result)
             key = (g.trace_id, g.span_id)
-            cur.execute("SELECT graded_ns, agent, passed, basis_spans FROM grades"
-                        " WHERE trace_id = %s AND span_id = %s FOR UPDATE", key)
+            cur.execute(
+                "SELECT graded_ns, agent, passed, basis_spans FROM grades"
+                " WHERE trace_id = %s AND span_id = %s FOR UPDATE",
+                key,
+            )
             old = cur.fetchone()
             if old is not None and old[3] > basis_spans:
                 continue  # a grade from more spans is stored: it stays
@@ -223,19 +264,42 @@ class PostgresStore:
                 " failed_calls = EXCLUDED.failed_calls, basis_spans = EXCLUDED.basis_spans,"
                 " result = EXCLUDED.result WHERE grades.basis_spans <= EXCLUDED.basis_spans"
                 " RETURNING 1",
-                (g.trace_id, g.span_id, g.agent, g.graded_ns, facts.passed, facts.verdict,
-                 facts.score, facts.failed_calls, basis_spans,
-                 g.result_json()))
+                (
+                    g.trace_id,
+                    g.span_id,
+                    g.agent,
+                    g.graded_ns,
+                    facts.passed,
+                    facts.verdict,
+                    facts.score,
+                    facts.failed_calls,
+                    basis_spans,
+                    g.result_json(),
+                ),
+            )
             if cur.fetchone() is None:
                 continue
             if old is not None:  # what the replaced grade counted goes from the tallies
                 deltas.grade(int(old[0]), old[1], bool(old[2]), -1)
-                _delete_grades(cur, "trace_id = %s AND span_id = %s", key, deltas,
-                               tables=("grade_calls", "grade_recoveries"))
+                _delete_grades(
+                    cur,
+                    "trace_id = %s AND span_id = %s",
+                    key,
+                    deltas,
+                    tables=("grade_calls", "grade_recoveries"),
+                )
             deltas.grade(g.graded_ns, g.agent, facts.passed, +1)
             for c in facts.calls:
-                deltas.call(g.graded_ns, c.tool, c.verdict, c.severity, c.calls,
-                            c.tool_first, c.tool_failed, +1)
+                deltas.call(
+                    g.graded_ns,
+                    c.tool,
+                    c.verdict,
+                    c.severity,
+                    c.calls,
+                    c.tool_first,
+                    c.tool_failed,
+                    +1,
+                )
             for r, n in facts.recoveries:
                 deltas.recovery(g.graded_ns, r, n, +1)
             if facts.calls:
@@ -243,13 +307,26 @@ class PostgresStore:
                     "INSERT INTO grade_calls (trace_id, span_id, graded_ns, tool, verdict,"
                     " severity, calls, tool_first, tool_failed)"
                     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    [(*key, g.graded_ns, c.tool, c.verdict, c.severity, c.calls,
-                      c.tool_first, c.tool_failed) for c in facts.calls])
+                    [
+                        (
+                            *key,
+                            g.graded_ns,
+                            c.tool,
+                            c.verdict,
+                            c.severity,
+                            c.calls,
+                            c.tool_first,
+                            c.tool_failed,
+                        )
+                        for c in facts.calls
+                    ],
+                )
             if facts.recoveries:
                 cur.executemany(
                     "INSERT INTO grade_recoveries (trace_id, span_id, graded_ns, recovery,"
                     " calls) VALUES (%s, %s, %s, %s, %s)",
-                    [(*key, g.graded_ns, r, n) for r, n in facts.recoveries])
+                    [(*key, g.graded_ns, r, n) for r, n in facts.recoveries],
+                )
 
     def prune(self, *, now_ns: int | None = None) -> int:
         """Deletes traces past the age limit, then the oldest until under the size limit;
@@ -266,15 +343,18 @@ class PostgresStore:
                 return 0
             if self.max_age_s is not None:
                 cutoff = now - int(self.max_age_s * 1e9)
-                cur.execute("DELETE FROM traces WHERE updated_ns < %s RETURNING trace_id",
-                            (cutoff,))
+                cur.execute(
+                    "DELETE FROM traces WHERE updated_ns < %s RETURNING trace_id", (cutoff,)
+                )
                 doomed += [str(r[0]) for r in cur.fetchall()]
             if self.max_bytes is not None:
                 cur.execute(
                     "DELETE FROM traces WHERE trace_id IN (SELECT trace_id FROM ("
                     " SELECT trace_id, sum(size_bytes) OVER (ORDER BY updated_ns DESC,"
                     " trace_id DESC) AS newer FROM traces) t WHERE newer > %s)"
-                    " RETURNING trace_id", (self.max_bytes,))
+                    " RETURNING trace_id",
+                    (self.max_bytes,),
+                )
                 doomed += [str(r[0]) for r in cur.fetchall()]
             if doomed:
                 _delete_grades(cur, "trace_id = ANY(%s)", (doomed,), deltas)
@@ -290,37 +370,47 @@ class PostgresStore:
     def get_trace(self, trace_id: str) -> StoredTrace | None:
         key = trace_id.strip().lower()
         with self._pool.connection() as conn:
-            row = conn.execute("SELECT trace_id, span_count, first_ns, updated_ns FROM traces"
-                               " WHERE trace_id = %s", (key,)).fetchone()
+            row = conn.execute(
+                "SELECT trace_id, span_count, first_ns, updated_ns FROM traces WHERE trace_id = %s",
+                (key,),
+            ).fetchone()
             if row is None:
                 return None
-            parts = conn.execute("SELECT digest, data FROM trace_parts WHERE trace_id = %s"
-                                 " ORDER BY seq", (key,)).fetchall()
+            parts = conn.execute(
+                "SELECT digest, data FROM trace_parts WHERE trace_id = %s ORDER BY seq", (key,)
+            ).fetchall()
             grades = conn.execute(
                 "SELECT trace_id, span_id, agent, graded_ns, result FROM grades"
-                " WHERE trace_id = %s ORDER BY graded_ns, span_id", (key,)).fetchall()
+                " WHERE trace_id = %s ORDER BY graded_ns, span_id",
+                (key,),
+            ).fetchall()
         return StoredTrace(
-            str(row[0]), b"".join(bytes(p[1]) for p in parts), int(row[1]), int(row[2]),
+            str(row[0]),
+            b"".join(bytes(p[1]) for p in parts),
+            int(row[1]),
+            int(row[2]),
             int(row[3]),
             tuple(StoredGrade(r[0], r[1], r[2], int(r[3]), json.loads(r[4])) for r in grades),
             parts=tuple(str(p[0]) for p in parts),
         )
 
     def trace_ids_since(self, since_ns: int) -> list[str]:
-        rows = self._rows("SELECT trace_id FROM traces WHERE updated_ns >= %s"
-                          " ORDER BY updated_ns, trace_id", (since_ns,))
+        rows = self._rows(
+            "SELECT trace_id FROM traces WHERE updated_ns >= %s ORDER BY updated_ns, trace_id",
+            (since_ns,),
+        )
         return [str(r[0]) for r in rows]
 
     def grades_since(self, since_ns: int | None = None) -> list[StoredGrade]:
         rows = self._rows(
             "SELECT trace_id, span_id, agent, graded_ns, result FROM grades"
             " WHERE graded_ns >= %s ORDER BY graded_ns, trace_id, span_id",
-            (since_ns if since_ns is not None else -(2**63),))
+            (since_ns if since_ns is not None else -(2**63),),
+        )
         return grades_from_rows(rows)
 
     def trace_ids(self, limit: int = 100) -> list[str]:
-        rows = self._rows("SELECT trace_id FROM traces ORDER BY updated_ns DESC LIMIT %s",
-                          (limit,))
+        rows = self._rows("SELECT trace_id FROM traces ORDER BY updated_ns DESC LIMIT %s", (limit,))
         return [str(r[0]) for r in rows]
 
     def stats(self) -> tuple[int, int]:
@@ -338,16 +428,19 @@ class PostgresStore:
             agents = conn.execute(queries["agents"], params).fetchall()
             calls = conn.execute(queries["calls"], params).fetchall()
             recoveries = conn.execute(queries["recoveries"], params).fetchall()
-            problems = sorted(((int(c), int(r), str(v), str(t))
-                               for t, v, s, c, r, _, _ in calls if s != "pass"),
-                              key=lambda p: (-p[0], -p[1], p[2], p[3]))[:limit]
+            problems = sorted(
+                ((int(c), int(r), str(v), str(t)) for t, v, s, c, r, _, _ in calls if s != "pass"),
+                key=lambda p: (-p[0], -p[1], p[2], p[3]),
+            )[:limit]
             examples = {}
             for _, _, verdict, tool in problems:  # the latest trace of each: one index probe
                 row = conn.execute(
                     "SELECT trace_id FROM grade_calls WHERE verdict = %s AND tool = %s"
                     " AND severity <> 'pass' AND graded_ns BETWEEN %s AND %s"
                     " ORDER BY verdict, tool, graded_ns DESC, trace_id DESC, span_id DESC"
-                    " LIMIT 1", (verdict, tool, *window)).fetchone()
+                    " LIMIT 1",
+                    (verdict, tool, *window),
+                ).fetchone()
                 if row is not None:
                     examples[(verdict, tool)] = str(row[0])
             worst = conn.execute(
@@ -355,22 +448,32 @@ class PostgresStore:
                 " result FROM grades WHERE graded_ns BETWEEN %s AND %s"
                 " AND NOT (passed AND verdict = 'pass')"
                 " ORDER BY score, failed_calls DESC, graded_ns DESC, trace_id, span_id"
-                " LIMIT %s", (*window, limit)).fetchall()
+                " LIMIT %s",
+                (*window, limit),
+            ).fetchall()
         return GradeSummary(
             agents=[(a, int(p), int(n)) for a, p, n in agents],
-            calls=[(str(t), str(v), str(s), int(c), int(r), int(tr), int(tp))
-                   for t, v, s, c, r, tr, tp in calls],
+            calls=[
+                (str(t), str(v), str(s), int(c), int(r), int(tr), int(tp))
+                for t, v, s, c, r, tr, tp in calls
+            ],
             examples=examples,
             recoveries=[(str(r), int(n)) for r, n in recoveries],
-            worst=[WorstRow(str(t), str(s), a, int(g), float(sc), str(v), int(f),
-                            _summary_of(text)) for t, s, a, g, sc, v, f, text in worst],
+            worst=[
+                WorstRow(str(t), str(s), a, int(g), float(sc), str(v), int(f), _summary_of(text))
+                for t, s, a, g, sc, v, f, text in worst
+            ],
         )
 
 
-def _delete_grades(cur: psycopg.Cursor[Any], where: str, params: Sequence[Any],
-                   deltas: Deltas, *,
-                   tables: Sequence[str] = ("grades", "grade_calls", "grade_recoveries")
-                   ) -> None:
+def _delete_grades(
+    cur: psycopg.Cursor[Any],
+    where: str,
+    params: Sequence[Any],
+    deltas: Deltas,
+    *,
+    tables: Sequence[str] = ("grades", "grade_calls", "grade_recoveries"),
+) -> None:
     """Deletes grade rows, taking what they counted from the tallies (`rollup`)."""
     returning = {
         "grades": "graded_ns, agent, passed",

@@ -29,7 +29,8 @@ class Deltas:
     def __init__(self) -> None:
         self.agents: defaultdict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
         self.calls: defaultdict[tuple[int, str, str, str], list[int]] = defaultdict(
-            lambda: [0, 0, 0, 0])
+            lambda: [0, 0, 0, 0]
+        )
         self.recoveries: defaultdict[tuple[int, str], list[int]] = defaultdict(lambda: [0])
 
     def grade(self, graded_ns: int, agent: str | None, passed: bool, sign: int) -> None:
@@ -37,8 +38,17 @@ class Deltas:
         c[0] += sign * bool(passed)
         c[1] += sign
 
-    def call(self, graded_ns: int, tool: str, verdict: str, severity: str, calls: int,
-             tool_first: bool, tool_failed: bool, sign: int) -> None:
+    def call(
+        self,
+        graded_ns: int,
+        tool: str,
+        verdict: str,
+        severity: str,
+        calls: int,
+        tool_first: bool,
+        tool_failed: bool,
+        sign: int,
+    ) -> None:
         c = self.calls[(graded_ns // HOUR_NS, tool, verdict, severity)]
         c[0] += sign * calls
         c[1] += sign
@@ -52,8 +62,12 @@ class Deltas:
         """The deltas upserted in key order (see the module docstring); zeros skipped."""
         for table, keys, values, deltas in (
             ("rollup_agents", ("bucket", "agent"), ("passed", "runs"), self.agents),
-            ("rollup_calls", ("bucket", "tool", "verdict", "severity"),
-             ("calls", "runs", "tool_runs", "tool_passed"), self.calls),
+            (
+                "rollup_calls",
+                ("bucket", "tool", "verdict", "severity"),
+                ("calls", "runs", "tool_runs", "tool_passed"),
+                self.calls,
+            ),
             ("rollup_recoveries", ("bucket", "recovery"), ("calls",), self.recoveries),
         ):
             rows = [(*k, *v) for k, v in sorted(deltas.items()) if any(v)]
@@ -62,8 +76,11 @@ class Deltas:
             columns = ", ".join((*keys, *values))
             marks = ", ".join(["%s"] * (len(keys) + len(values)))
             sets = ", ".join(f"{v} = {table}.{v} + EXCLUDED.{v}" for v in values)
-            cur.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})"
-                            f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}", rows)
+            cur.executemany(
+                f"INSERT INTO {table} ({columns}) VALUES ({marks})"
+                f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}",
+                rows,
+            )
         self.__init__()  # type: ignore[misc]
 
 

@@ -60,10 +60,16 @@ class _Pending:
 
 
 def _encode(p: _Pending) -> bytes:
-    meta = json.dumps({
-        "t": p.trace_id, "n": p.span_count, "b": p.basis, "r": p.runs,
-        "g": [[g.trace_id, g.span_id, g.agent, g.graded_ns, g.result] for g in p.grades],
-    }, ensure_ascii=False).encode()
+    meta = json.dumps(
+        {
+            "t": p.trace_id,
+            "n": p.span_count,
+            "b": p.basis,
+            "r": p.runs,
+            "g": [[g.trace_id, g.span_id, g.agent, g.graded_ns, g.result] for g in p.grades],
+        },
+        ensure_ascii=False,
+    ).encode()
     return _HEADER.pack(len(meta), len(p.data)) + meta + p.data
 
 
@@ -78,14 +84,18 @@ def _decode(blob: bytes, segment: int) -> list[_Pending]:
         if end > len(blob):
             break
         try:
-            meta = json.loads(blob[pos + _HEADER.size: pos + _HEADER.size + n_meta])
-            grades = tuple(StoredGrade(str(t), str(s), a, int(ns), dict(r))
-                           for t, s, a, ns, r in meta["g"])
+            meta = json.loads(blob[pos + _HEADER.size : pos + _HEADER.size + n_meta])
+            grades = tuple(
+                StoredGrade(str(t), str(s), a, int(ns), dict(r)) for t, s, a, ns, r in meta["g"]
+            )
             basis = tuple(meta["b"]) if meta["b"] is not None else None
             runs = tuple(meta["r"]) if meta["r"] is not None else None
-            data = blob[end - n_data: end]
-            out.append(_Pending(str(meta["t"]), data, int(meta["n"]), grades, basis, runs,
-                                end - pos, segment))
+            data = blob[end - n_data : end]
+            out.append(
+                _Pending(
+                    str(meta["t"]), data, int(meta["n"]), grades, basis, runs, end - pos, segment
+                )
+            )
         except (ValueError, KeyError, TypeError):
             break
         pos = end
@@ -95,9 +105,15 @@ def _decode(blob: bytes, segment: int) -> list[_Pending]:
 class SharedStoreWriter:
     """Batched, non-blocking writes to a `PostgresStore` (see the module docstring)."""
 
-    def __init__(self, store: PostgresStore, *, max_bytes: int = 64 * 1024 * 1024,
-                 spool_dir: Path | None = None, prune_every: int = 500,
-                 content: ContentPolicy = KEEP) -> None:
+    def __init__(
+        self,
+        store: PostgresStore,
+        *,
+        max_bytes: int = 64 * 1024 * 1024,
+        spool_dir: Path | None = None,
+        prune_every: int = 500,
+        content: ContentPolicy = KEEP,
+    ) -> None:
         self._store = store
         self.content = content
         """Applied to each write on the writer thread (`scrub`): what the store keeps."""
@@ -171,8 +187,11 @@ class SharedStoreWriter:
                 self._bytes += item.size
         self.replayed = len(self._items)
         if self.replayed:
-            log.info("store: %d write(s) left queued by the last run, writing them now",
-                     self.replayed, extra={"dir": str(directory)})
+            log.info(
+                "store: %d write(s) left queued by the last run, writing them now",
+                self.replayed,
+                extra={"dir": str(directory)},
+            )
         self._new_segment(last + 1)
 
     def _new_segment(self, segment: int) -> None:
@@ -193,8 +212,7 @@ class SharedStoreWriter:
         try:
             os.write(self._fd, blob)
         except OSError as e:  # kept in memory: written unless the process dies first
-            log.error("store: cannot spool a write under %s (%s)", self.spool_dir,
-                      e.strerror or e)
+            log.error("store: cannot spool a write under %s (%s)", self.spool_dir, e.strerror or e)
             return
         self._segment_size += len(blob)
         item.segment = self._segment
@@ -217,25 +235,40 @@ class SharedStoreWriter:
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="attest-otel-store",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._run, name="attest-otel-store", daemon=True)
             self._thread.start()
 
-    def put(self, trace_id: str, data: bytes, span_count: int,
-            grades: Sequence[StoredGrade] = (), *, basis: Sequence[str] | None = None,
-            runs: Sequence[str] | None = None) -> None:
+    def put(
+        self,
+        trace_id: str,
+        data: bytes,
+        span_count: int,
+        grades: Sequence[StoredGrade] = (),
+        *,
+        basis: Sequence[str] | None = None,
+        runs: Sequence[str] | None = None,
+    ) -> None:
         """Queues one write; never blocks. Refused (counted) when the queue is full."""
         size = len(data) + 512 + sum(len(str(g.result)) for g in grades)
-        item = _Pending(trace_id, data, span_count, tuple(grades),
-                        tuple(basis) if basis is not None else None,
-                        tuple(runs) if runs is not None else None, size, -1)
+        item = _Pending(
+            trace_id,
+            data,
+            span_count,
+            tuple(grades),
+            tuple(basis) if basis is not None else None,
+            tuple(runs) if runs is not None else None,
+            size,
+            -1,
+        )
         with self._cond:
             if self._items and self._bytes + size > self.max_bytes:
                 self.dropped += 1
                 self._refused_at = time.monotonic()
-                self._warn(f"store: write queue full ({self._bytes} bytes, "
-                           f"{len(self._items)} writes waiting for the database); "
-                           f"{self.dropped} trace write(s) refused so far")
+                self._warn(
+                    f"store: write queue full ({self._bytes} bytes, "
+                    f"{len(self._items)} writes waiting for the database); "
+                    f"{self.dropped} trace write(s) refused so far"
+                )
                 return
             self._spool(item)
             self._items.append(item)
@@ -249,8 +282,10 @@ class SharedStoreWriter:
             full = self._bytes >= self.max_bytes * 0.95
             if not full and time.monotonic() - self._refused_at >= 5.0:
                 return None
-            return (f"store write queue full ({len(self._items)} writes waiting, "
-                    f"{self.dropped} refused)")
+            return (
+                f"store write queue full ({len(self._items)} writes waiting, "
+                f"{self.dropped} refused)"
+            )
 
     def _warn(self, message: str) -> None:
         now = time.monotonic()
@@ -306,15 +341,22 @@ class SharedStoreWriter:
         except Unreachable as e:
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
-                log.error("store: cannot reach %s (%s); %d write(s) wait in the queue",
-                          self._store.location, " ".join(str(e).split()), len(self._items))
+                log.error(
+                    "store: cannot reach %s (%s); %d write(s) wait in the queue",
+                    self._store.location,
+                    " ".join(str(e).split()),
+                    len(self._items),
+                )
             return [], True
         except psycopg.Error:
             return self._one_by_one(batch), False
         if self._failing_since is not None:
-            log.warning("store: %s reachable again after %.0fs; writing the %d queued",
-                        self._store.location, time.monotonic() - self._failing_since,
-                        len(self._items))
+            log.warning(
+                "store: %s reachable again after %.0fs; writing the %d queued",
+                self._store.location,
+                time.monotonic() - self._failing_since,
+                len(self._items),
+            )
             self._failing_since = None
         self.written += len(batch)
         return stale, False
@@ -322,12 +364,19 @@ class SharedStoreWriter:
     def _scrubbed(self, item: _Pending) -> PutItem:
         policy = self.content
         if policy.mode == "keep":
-            return (item.trace_id, item.data, item.span_count, item.grades, item.basis,
-                    item.runs)
-        grades = [StoredGrade(g.trace_id, g.span_id, g.agent, g.graded_ns,
-                              scrub_result(g.result, policy)) for g in item.grades]
-        return (item.trace_id, scrub_traces(item.data, policy), item.span_count, grades,
-                item.basis, item.runs)
+            return (item.trace_id, item.data, item.span_count, item.grades, item.basis, item.runs)
+        grades = [
+            StoredGrade(g.trace_id, g.span_id, g.agent, g.graded_ns, scrub_result(g.result, policy))
+            for g in item.grades
+        ]
+        return (
+            item.trace_id,
+            scrub_traces(item.data, policy),
+            item.span_count,
+            grades,
+            item.basis,
+            item.runs,
+        )
 
     def _one_by_one(self, batch: list[_Pending]) -> list[str]:
         """A batch the database refused (not a connection problem): the writes that go in
@@ -371,8 +420,11 @@ class SharedStoreWriter:
             self._thread = None
         left = self.pending
         if left:
-            where = (f"kept under {self.spool_dir} for the next start" if self._fd is not None
-                     else "lost (no --buffer-dir)")
+            where = (
+                f"kept under {self.spool_dir} for the next start"
+                if self._fd is not None
+                else "lost (no --buffer-dir)"
+            )
             log.warning("store: %d write(s) not in the database at shutdown: %s", left, where)
         if not left:
             self._prune()

@@ -148,8 +148,10 @@ class TraceStore:
         self._lock = threading.Lock()
         if readonly:
             if not self.path.is_file():
-                raise SourceError(f"{self.path}: no trace store here (is `attest-otel serve` "
-                                  "writing to another --store?)")
+                raise SourceError(
+                    f"{self.path}: no trace store here (is `attest-otel serve` "
+                    "writing to another --store?)"
+                )
             uri = f"file:{self.path}?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=10)
         else:
@@ -201,11 +203,11 @@ class TraceStore:
             for trace_id, data, span_count, grades in items:
                 self._put(trace_id, data, span_count, grades, now)
 
-    def _put(self, trace_id: str, data: bytes, span_count: int,
-             grades: Sequence[StoredGrade], now: int) -> None:
+    def _put(
+        self, trace_id: str, data: bytes, span_count: int, grades: Sequence[StoredGrade], now: int
+    ) -> None:
         # Appending in Python, not with SQL's `||`, which turns BLOBs into text.
-        row = self._db.execute(
-            "SELECT data FROM traces WHERE trace_id = ?", (trace_id,)).fetchone()
+        row = self._db.execute("SELECT data FROM traces WHERE trace_id = ?", (trace_id,)).fetchone()
         if row is None:
             self._db.execute(
                 "INSERT INTO traces"
@@ -246,12 +248,17 @@ class TraceStore:
         with self._lock, self._db:
             if self.max_age_s is not None:
                 cutoff = now - int(self.max_age_s * 1e9)
-                old = [r[0] for r in self._db.execute(
-                    "SELECT trace_id FROM traces WHERE updated_ns < ?", (cutoff,))]
+                old = [
+                    r[0]
+                    for r in self._db.execute(
+                        "SELECT trace_id FROM traces WHERE updated_ns < ?", (cutoff,)
+                    )
+                ]
                 removed += self._delete(old)
             if self.max_bytes is not None:
                 total = self._db.execute(
-                    "SELECT COALESCE(SUM(size_bytes), 0) FROM traces").fetchone()[0]
+                    "SELECT COALESCE(SUM(size_bytes), 0) FROM traces"
+                ).fetchone()[0]
                 if total > self.max_bytes:
                     doomed: list[str] = []
                     for trace_id, size in self._db.execute(
@@ -323,14 +330,19 @@ class TraceStore:
     def trace_ids(self, limit: int = 100) -> list[str]:
         """The most recently updated trace ids, newest first."""
         with self._lock:
-            return [r[0] for r in self._db.execute(
-                "SELECT trace_id FROM traces ORDER BY updated_ns DESC LIMIT ?", (limit,))]
+            return [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT trace_id FROM traces ORDER BY updated_ns DESC LIMIT ?", (limit,)
+                )
+            ]
 
     def stats(self) -> tuple[int, int]:
         """(traces, bytes of trace data)."""
         with self._lock:
             row = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size_bytes), 0) FROM traces").fetchone()
+                "SELECT COUNT(*), COALESCE(SUM(size_bytes), 0) FROM traces"
+            ).fetchone()
         return int(row[0]), int(row[1])
 
 
@@ -349,8 +361,14 @@ class StoreWriter:
     (`dropped`), because the store is a convenience and must not slow the pipeline.
     """
 
-    def __init__(self, store: TraceStore, *, max_pending: int = 10_000, prune_every: int = 500,
-                 content: ContentPolicy = KEEP):
+    def __init__(
+        self,
+        store: TraceStore,
+        *,
+        max_pending: int = 10_000,
+        prune_every: int = 500,
+        content: ContentPolicy = KEEP,
+    ):
         self.store = store
         self.content = content
         """Applied to each write on the writer thread (`scrub`): what the store keeps."""
@@ -363,14 +381,18 @@ class StoreWriter:
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="attest-otel-store", daemon=True
-            )
+            self._thread = threading.Thread(target=self._run, name="attest-otel-store", daemon=True)
             self._thread.start()
 
     def put(
-        self, trace_id: str, data: bytes, span_count: int, grades: Sequence[StoredGrade] = (),
-        *, basis: Sequence[str] | None = None, runs: Sequence[str] | None = None,
+        self,
+        trace_id: str,
+        data: bytes,
+        span_count: int,
+        grades: Sequence[StoredGrade] = (),
+        *,
+        basis: Sequence[str] | None = None,
+        runs: Sequence[str] | None = None,
     ) -> None:
         """`basis`/`runs` matter to a shared store (`postgres`); this one has one writer."""
         try:
@@ -410,8 +432,10 @@ class StoreWriter:
         policy = self.content
         if policy.mode == "keep":
             return item.trace_id, item.data, item.span_count, item.grades
-        grades = [StoredGrade(g.trace_id, g.span_id, g.agent, g.graded_ns,
-                              scrub_result(g.result, policy)) for g in item.grades]
+        grades = [
+            StoredGrade(g.trace_id, g.span_id, g.agent, g.graded_ns, scrub_result(g.result, policy))
+            for g in item.grades
+        ]
         return item.trace_id, scrub_traces(item.data, policy), item.span_count, grades
 
     def flush(self, timeout_s: float = 5.0) -> bool:
@@ -439,8 +463,9 @@ class StoreWriter:
             try:
                 self._queue.put(None, timeout=timeout_s)
             except queue.Full:
-                log.warning("store: queue still full at shutdown; %d writes lost",
-                            self._queue.qsize())
+                log.warning(
+                    "store: queue still full at shutdown; %d writes lost", self._queue.qsize()
+                )
             thread.join(timeout_s)
             self._thread = None
         try:

@@ -37,7 +37,8 @@ EXPRESSED = {
 
 def _traces(prefixes: tuple[str, ...]) -> list[Path]:
     return sorted(
-        p for p in TRACES.glob("*.json")
+        p
+        for p in TRACES.glob("*.json")
         if p.name.startswith(prefixes) and not p.name.endswith(".labels.json")
     )
 
@@ -129,24 +130,68 @@ def test_a_hand_instrumented_agent_is_read_through_its_declared_dialect() -> Non
     t = Trace(scope="acme")
     agent = t.span(
         "agent billing",
-        {"acme.kind": "agent", "acme.input": js({"request": {"text": "Charge order 42."}}),
-         "acme.output": "Charged."},
-        start=0, end=100,
+        {
+            "acme.kind": "agent",
+            "acme.input": js({"request": {"text": "Charge order 42."}}),
+            "acme.output": "Charged.",
+        },
+        start=0,
+        end=100,
         events=[event("acme.instructions", text="You bill customers.")],
     )
-    model = t.span("llm", {"acme.kind": "llm", "acme.completion": js(
-        {"choices": [{"message": {"role": "assistant", "tool_calls": [
-            {"id": "c1", "type": "function",
-             "function": {"name": "charge_card", "arguments": "{}"}}]}}]})},
-        parent=agent, start=1, end=2)
+    model = t.span(
+        "llm",
+        {
+            "acme.kind": "llm",
+            "acme.completion": js(
+                {
+                    "choices": [
+                        {
+                            "message": {
+                                "role": "assistant",
+                                "tool_calls": [
+                                    {
+                                        "id": "c1",
+                                        "type": "function",
+                                        "function": {"name": "charge_card", "arguments": "{}"},
+                                    }
+                                ],
+                            }
+                        }
+                    ]
+                }
+            ),
+        },
+        parent=agent,
+        start=1,
+        end=2,
+    )
     t.log(model, "acme.prompt", js([{"role": "user", "content": "Charge order 42."}]))
-    t.span("tool:charge_card", {"acme.kind": "tool", "acme.call": "c1",
-                                "acme.args": js({"args": [], "kwargs": {"order": 42}}),
-                                "acme.failed": "true", "acme.failed.why": "declined"},
-           parent=agent, start=3, end=4)
-    t.span("tool:charge_card", {"acme.kind": "tool", "acme.args": js({"args": [42]}),
-                                "acme.result": js({"result": "ok"}), "acme.failed": False},
-           parent=agent, start=5, end=6)
+    t.span(
+        "tool:charge_card",
+        {
+            "acme.kind": "tool",
+            "acme.call": "c1",
+            "acme.args": js({"args": [], "kwargs": {"order": 42}}),
+            "acme.failed": "true",
+            "acme.failed.why": "declined",
+        },
+        parent=agent,
+        start=3,
+        end=4,
+    )
+    t.span(
+        "tool:charge_card",
+        {
+            "acme.kind": "tool",
+            "acme.args": js({"args": [42]}),
+            "acme.result": js({"result": "ok"}),
+            "acme.failed": False,
+        },
+        parent=agent,
+        start=5,
+        end=6,
+    )
     t.span("health.ping", {"acme.kind": "tool"}, parent=agent, start=7, end=8)
     run = t.run(dialects=(_acme(),))
     assert run.agent == "billing"  # captured from the span name
@@ -198,9 +243,15 @@ def test_rule_for_names_the_rule_that_decided_for_inspect() -> None:
 
 def test_a_span_outside_the_declared_dialect_is_left_to_the_built_in_readers() -> None:
     t = Trace()
-    agent = t.span("invoke_agent billing", {"gen_ai.operation.name": "invoke_agent",
-                                            "gen_ai.provider.name": "openai",
-                                            "gen_ai.agent.name": "billing"}, end=10)
+    agent = t.span(
+        "invoke_agent billing",
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.agent.name": "billing",
+        },
+        end=10,
+    )
     t.span("tool:lookup", {"acme.kind": "tool", "acme.result": "ok"}, parent=agent, start=1)
     traces = t.traces(dialects=(_acme(),))
     assert traces[0].dialects == ["genai", "acme"]
@@ -260,29 +311,44 @@ def test_the_error_names_the_file_on_one_line() -> None:
     ("text", "problem"),
     [
         pytest.param("", "<top>: empty file (expected a `dialects:` mapping)", id="empty file"),
-        pytest.param("agents: {}\n", "agents (line 1): unknown key (expected one of: dialects)",
-                     id="a policy is not a dialect file"),
-        pytest.param("dialects:\n  x: {match: {attribute: a}}\n",
-                     "dialects.x (line 2): no rules (give at least one of: agent, tool, model, "
-                     "handoff, workflow, other)", id="a dialect with no rules"),
-        pytest.param("dialects:\n  x:\n    tool: {when: {kind: sever}}\n",
-                     "dialects.x.tool.when.kind (line 3): unknown span kind 'sever' (expected "
-                     "one of: unspecified, internal, server, client, producer, consumer)",
-                     id="an unknown span kind"),
-        pytest.param("dialects:\n  x:\n    tool: {when: {name: a}, name: {json: false}}\n",
-                     "dialects.x.tool.name (line 3): names no place to read (one of: attribute,"
-                     " event, log, span_name, genai_events)", id="a source with no place"),
-        pytest.param("dialects:\n  x:\n    tool: {when: {name: a}, name: {genai_events: true}}\n",
-                     "dialects.x.tool.name.genai_events (line 3): applies to task, answer, "
-                     "system, input, output, tools only", id="genai events on a tool field"),
+        pytest.param(
+            "agents: {}\n",
+            "agents (line 1): unknown key (expected one of: dialects)",
+            id="a policy is not a dialect file",
+        ),
+        pytest.param(
+            "dialects:\n  x: {match: {attribute: a}}\n",
+            "dialects.x (line 2): no rules (give at least one of: agent, tool, model, "
+            "handoff, workflow, other)",
+            id="a dialect with no rules",
+        ),
+        pytest.param(
+            "dialects:\n  x:\n    tool: {when: {kind: sever}}\n",
+            "dialects.x.tool.when.kind (line 3): unknown span kind 'sever' (expected "
+            "one of: unspecified, internal, server, client, producer, consumer)",
+            id="an unknown span kind",
+        ),
+        pytest.param(
+            "dialects:\n  x:\n    tool: {when: {name: a}, name: {json: false}}\n",
+            "dialects.x.tool.name (line 3): names no place to read (one of: attribute,"
+            " event, log, span_name, genai_events)",
+            id="a source with no place",
+        ),
+        pytest.param(
+            "dialects:\n  x:\n    tool: {when: {name: a}, name: {genai_events: true}}\n",
+            "dialects.x.tool.name.genai_events (line 3): applies to task, answer, "
+            "system, input, output, tools only",
+            id="genai events on a tool field",
+        ),
     ],
 )
 def test_a_bad_dialect_file_is_refused_with_the_reason(text: str, problem: str) -> None:
     assert _problems(text) == [problem]
 
 
-def test_a_policy_file_declares_dialects_beside_its_agents_and_lists_both_kinds_of_problem(
-) -> None:
+def test_a_policy_file_declares_dialects_beside_its_agents_and_lists_both_kinds_of_problem() -> (
+    None
+):
     policy = parse_policy(
         "agents:\n  billing: {allowed_tools: [a]}\n"
         "dialects:\n  acme:\n    tool: {when: {attribute: acme.tool}, name: acme.tool}\n"
@@ -308,7 +374,10 @@ def test_every_shipped_dialect_file_loads() -> None:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "attest_otel.cli", *args],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -319,8 +388,14 @@ def test_grade_with_dialects_reads_the_trace_through_the_declared_dialect(tmp_pa
     changed = text.replace("name: acme.agent.name", "name: {span_name: '^(.*)$'}")
     assert changed != text
     (tmp_path / "d.yaml").write_text(changed, encoding="utf-8")
-    out = _cli("grade", "--dialects", str(tmp_path / "d.yaml"),
-               "--file", str(TRACES / "handmade__all_ok.json"), "--json")
+    out = _cli(
+        "grade",
+        "--dialects",
+        str(tmp_path / "d.yaml"),
+        "--file",
+        str(TRACES / "handmade__all_ok.json"),
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     (trace,) = json.loads(out.stdout)["traces"]
     assert [r["agent"] for r in trace["runs"]] == ["agent billing_agent"]
@@ -330,9 +405,11 @@ def test_grade_with_dialects_reads_the_trace_through_the_declared_dialect(tmp_pa
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        pytest.param("dialects:\n  x:\n    tool: {when: {nme: a}}\n",
-                     "x.yaml: dialects.x.tool.when.nme (line 3): unknown key (did you mean "
-                     "'name'?)", id="a bad dialect file"),
+        pytest.param(
+            "dialects:\n  x:\n    tool: {when: {nme: a}}\n",
+            "x.yaml: dialects.x.tool.when.nme (line 3): unknown key (did you mean 'name'?)",
+            id="a bad dialect file",
+        ),
         pytest.param(None, "x.yaml: no such file", id="a missing dialect file"),
         pytest.param("dialects: [\n", "x.yaml: line 2, column 1: invalid YAML", id="bad YAML"),
     ],
@@ -352,12 +429,17 @@ def test_a_bad_dialect_file_is_one_error_line_and_exit_2(
 
 
 def test_a_dialect_file_reads_attribute_names_from_the_environment() -> None:
-    text = ("dialects:\n  acme:\n    tool:\n      when: {attribute: acme.tool}\n"
-            "      name: ${env:ACME_TOOL_NAME:-acme.tool.name}\n")
+    text = (
+        "dialects:\n  acme:\n    tool:\n      when: {attribute: acme.tool}\n"
+        "      name: ${env:ACME_TOOL_NAME:-acme.tool.name}\n"
+    )
     (default,) = parse_dialects(text, "d.yaml", environ={})
     (named,) = parse_dialects(text, "d.yaml", environ={"ACME_TOOL_NAME": "acme.name"})
     assert default.rules[0].fields["name"][0].attribute == "acme.tool.name"
     assert named.rules[0].fields["name"][0].attribute == "acme.name"
-    with pytest.raises(PolicyError, match=r"dialects\.acme\.tool\.name \(line 5\): "
-                                          r"\$\{env:X\}: X is not set"):
+    with pytest.raises(
+        PolicyError,
+        match=r"dialects\.acme\.tool\.name \(line 5\): "
+        r"\$\{env:X\}: X is not set",
+    ):
         parse_dialects(text.replace("ACME_TOOL_NAME:-acme.tool.name", "X"), "d.yaml", environ={})

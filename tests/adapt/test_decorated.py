@@ -11,11 +11,19 @@ from attest_otel.ingest.span import Span
 from tests.adapt.spans import Trace, event, js
 
 
-def chat(t: Trace, parent: Span, start: int, *, asks: list[tuple[str, str, dict[str, Any]]] = (),
-         answer: str | None = None, task: str = "Charge order 42.") -> Span:
+def chat(
+    t: Trace,
+    parent: Span,
+    start: int,
+    *,
+    asks: list[tuple[str, str, dict[str, Any]]] = (),
+    answer: str | None = None,
+    task: str = "Charge order 42.",
+) -> Span:
     """A latest-form GenAI model call under `parent` asking for `asks` (id, tool, args)."""
     parts: list[dict[str, Any]] = [
-        {"type": "tool_call", "id": cid, "name": name, "arguments": args} for cid, name, args in asks
+        {"type": "tool_call", "id": cid, "name": name, "arguments": args}
+        for cid, name, args in asks
     ]
     if answer is not None:
         parts.append({"type": "text", "content": answer})
@@ -24,7 +32,9 @@ def chat(t: Trace, parent: Span, start: int, *, asks: list[tuple[str, str, dict[
         {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": "openai",
-            "gen_ai.input.messages": js([{"role": "user", "parts": [{"type": "text", "content": task}]}]),
+            "gen_ai.input.messages": js(
+                [{"role": "user", "parts": [{"type": "text", "content": task}]}]
+            ),
             "gen_ai.output.messages": js([{"role": "assistant", "parts": parts}]),
         },
         parent=parent,
@@ -48,22 +58,39 @@ def decorated(t: Trace, name: str, parent: Span, start: int, kwargs: str, result
 
 def billing(t: Trace, parent: Span | None = None, start: int = 0) -> Span:
     """billing_agent: looks the order up, the charge raises, the retry works."""
-    agent = t.span("billing_agent", {"gen_ai.output.messages": "Charged."}, parent=parent,
-                   start=start, end=start + 20, scope="sdk")
+    agent = t.span(
+        "billing_agent",
+        {"gen_ai.output.messages": "Charged."},
+        parent=parent,
+        start=start,
+        end=start + 20,
+        scope="sdk",
+    )
     chat(t, agent, start + 1, asks=[("c1", "lookup_order", {"order_id": 42})])
     decorated(t, "lookup_order", agent, start + 3, "{'order_id': 42}", '{"total": 19.5}')
     chat(t, agent, start + 5, asks=[("c2", "charge_card", {"order_id": 42, "amount": 19.5})])
-    t.span("charge_card", parent=agent, start=start + 7, end=start + 8, scope="sdk",
-           error="ToolError: card declined",
-           events=[event("exception", **{"exception.type": "ToolError",
-                                         "exception.message": "card declined"})])
+    t.span(
+        "charge_card",
+        parent=agent,
+        start=start + 7,
+        end=start + 8,
+        scope="sdk",
+        error="ToolError: card declined",
+        events=[
+            event(
+                "exception", **{"exception.type": "ToolError", "exception.message": "card declined"}
+            )
+        ],
+    )
     chat(t, agent, start + 9, asks=[("c3", "charge_card", {"order_id": 42, "amount": 19.5})])
     decorated(t, "charge_card", agent, start + 11, "{'order_id': 42, 'amount': 19.5}", "ok r-1")
     chat(t, agent, start + 13, answer="Charged.")
     return agent
 
 
-def test_a_roleless_span_above_model_calls_is_the_agent_and_named_spans_it_asked_for_are_calls() -> None:
+def test_a_roleless_span_above_model_calls_is_the_agent_and_named_spans_it_asked_for_are_calls() -> (
+    None
+):
     t = Trace()
     billing(t)
     run = t.run()
@@ -109,32 +136,52 @@ def test_an_agent_run_by_a_decorated_tool_is_a_run_of_its_own_and_answers_the_ca
     t = Trace()
     support = t.span("support_agent", parent=None, start=0, end=100, scope="sdk")
     chat(t, support, 1, asks=[("s1", "delegate_billing", {"request": "Charge order 42."})])
-    delegate = t.span("delegate_billing", {"function.kwargs": "{'request': 'Charge order 42.'}"},
-                      parent=support, start=3, end=40, scope="sdk")
+    delegate = t.span(
+        "delegate_billing",
+        {"function.kwargs": "{'request': 'Charge order 42.'}"},
+        parent=support,
+        start=3,
+        end=40,
+        scope="sdk",
+    )
     billing(t, parent=delegate, start=4)
     chat(t, support, 50, answer="Settled.")
     runs = t.runs()
     assert [r.agent for r in runs] == ["support_agent", "billing_agent"]
     [(_, call)] = runs[0].tool_calls
     assert (call.name, call.arguments, call.output) == (
-        "delegate_billing", {"request": "Charge order 42."}, "Charged."
+        "delegate_billing",
+        {"request": "Charge order 42."},
+        "Charged.",
     )
     assert len(runs[1].tool_calls) == 3
 
 
 def test_an_http_server_span_around_the_agent_is_not_the_agent() -> None:
     t = Trace()
-    server = t.span("POST /support", {"http.request.method": "POST", "url.path": "/support"},
-                    start=0, end=50, scope="web")
+    server = t.span(
+        "POST /support",
+        {"http.request.method": "POST", "url.path": "/support"},
+        start=0,
+        end=50,
+        scope="web",
+    )
     billing(t, parent=server, start=1)
     assert t.run().agent == "billing_agent"
 
 
 def test_a_trace_with_a_marked_agent_is_not_read_for_decorator_spans() -> None:
     t = Trace()
-    agent = t.span("invoke_agent billing_agent",
-                   {"gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "openai",
-                    "gen_ai.agent.name": "billing_agent"}, start=0, end=20)
+    agent = t.span(
+        "invoke_agent billing_agent",
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.agent.name": "billing_agent",
+        },
+        start=0,
+        end=20,
+    )
     chat(t, agent, 1, asks=[("c1", "lookup_order", {"order_id": 42})])
     decorated(t, "lookup_order", agent, 3, "{'order_id': 7}", "{}")
     [trace] = t.traces(explain=True)

@@ -9,10 +9,23 @@ from __future__ import annotations
 
 import re
 
-KEYWORDS = frozenset({
-    "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
-    "bool", "offset", "inf", "nan",
-})
+KEYWORDS = frozenset(
+    {
+        "and",
+        "or",
+        "unless",
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "bool",
+        "offset",
+        "inf",
+        "nan",
+    }
+)
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _MATCHERS = re.compile(r"\{([^}]*)\}")
 _RANGE = re.compile(r"\[[^\]]*\]")
@@ -29,7 +42,7 @@ def metric_names(expr: str) -> set[str]:
     names = set()
     for match in _NAME.finditer(text):
         word = match.group()
-        if word.lower() in KEYWORDS or text[match.end():].lstrip().startswith("("):
+        if word.lower() in KEYWORDS or text[match.end() :].lstrip().startswith("("):
             continue
         names.add(word)
     return names

@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_dashboard", ROOT / "tools" / "gen_dashboard.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_dashboard", ROOT / "tools" / "gen_dashboard.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["gen_dashboard"] = module
@@ -86,7 +88,9 @@ def test_exemplars_link_to_a_provisioned_trace_data_source() -> None:
 
 
 def test_the_tempo_table_lists_failing_tool_spans_with_traceql() -> None:
-    (panel,) = [p for p in panels(load_dashboard()) if p.get("datasource", {}).get("type") == "tempo"]
+    (panel,) = [
+        p for p in panels(load_dashboard()) if p.get("datasource", {}).get("type") == "tempo"
+    ]
     (target,) = panel["targets"]
     assert panel["type"] == "table"
     assert target["queryType"] == "traceql"
@@ -97,8 +101,14 @@ def test_the_tempo_table_lists_failing_tool_spans_with_traceql() -> None:
 def test_the_dashboard_shows_each_view_the_issue_asks_for() -> None:
     titles = {p["title"] for p in panels(load_dashboard())}
     assert {
-        "Runs by verdict", "Pass rate", "Score distribution", "Tool calls by verdict",
-        "Calls by tool and verdict", "Error recoveries", "Worst agents", "Worst tools",
+        "Runs by verdict",
+        "Pass rate",
+        "Score distribution",
+        "Tool calls by verdict",
+        "Calls by tool and verdict",
+        "Error recoveries",
+        "Worst agents",
+        "Worst tools",
         "Failing tool calls (Tempo)",
     } <= titles
 
@@ -121,6 +131,8 @@ def test_provisioning_loads_the_dashboards_folder_and_every_data_source_type_it_
     assert provider["type"] == "file"
     assert provider["options"]["path"] == "/etc/grafana/provisioning/dashboards"
     provisioned = {s["type"] for s in load_yaml("datasources/attest-otel.yaml")["datasources"]}
-    wanted = {v["query"] for v in load_dashboard()["templating"]["list"] if v["type"] == "datasource"}
+    wanted = {
+        v["query"] for v in load_dashboard()["templating"]["list"] if v["type"] == "datasource"
+    }
     assert wanted <= provisioned
     assert {"prometheus", "tempo", "jaeger"} <= provisioned

@@ -114,7 +114,11 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Prometheus]:
     prometheus_bin = program("prometheus")  # runs the binary, never the system service
     tmp = tmp_path_factory.mktemp("prometheus")
     telemetry = build_telemetry(
-        endpoint=None, protocol=None, spans=False, logs=False, metrics=False,
+        endpoint=None,
+        protocol=None,
+        spans=False,
+        logs=False,
+        metrics=False,
         prometheus="127.0.0.1:0",
     )
     endpoint = telemetry.prometheus
@@ -128,9 +132,15 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Prometheus]:
     port = _free_port()
     log = (tmp / "prometheus.log").open("w")
     process = subprocess.Popen(
-        [prometheus_bin, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            prometheus_bin,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         with _Load(telemetry, _graded_fixtures()):
@@ -153,13 +163,14 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Prometheus]:
 
 
 QUERIES = sorted(
-    {(title, target["refId"], target["expr"]) for title, target in prometheus_targets(load_dashboard())}
+    {
+        (title, target["refId"], target["expr"])
+        for title, target in prometheus_targets(load_dashboard())
+    }
 )
 
 
-@pytest.mark.parametrize(
-    ("title", "ref", "expr"), QUERIES, ids=[f"{t} {r}" for t, r, _ in QUERIES]
-)
+@pytest.mark.parametrize(("title", "ref", "expr"), QUERIES, ids=[f"{t} {r}" for t, r, _ in QUERIES])
 def test_every_dashboard_query_returns_data_from_prometheus_during_a_graded_load(
     scraped: _Prometheus, title: str, ref: str, expr: str
 ) -> None:
@@ -186,8 +197,11 @@ def test_the_pass_rate_panel_agrees_with_the_graded_load(scraped: _Prometheus) -
     expected = sum(r.passed for _, r in pairs) / len(pairs)
     (rate,) = scraped.query(
         substitute(
-            next(t["expr"] for title, t in prometheus_targets(load_dashboard()) if title == "Pass rate"
-                 and t.get("instant"))
+            next(
+                t["expr"]
+                for title, t in prometheus_targets(load_dashboard())
+                if title == "Pass rate" and t.get("instant")
+            )
         )
     )
     # Every round emits the same runs, so the ratio of increases is the ratio of one round.

@@ -31,10 +31,14 @@ def _sdk(run: Any, result: Any, content: ContentPolicy) -> ExportLogsServiceRequ
 
 def test_the_records_equal_what_the_sdk_sends() -> None:
     for run, result in (graded_run(), passing_run(), passing_run(trace_id=None)):
-        for content in (ContentPolicy("keep"), ContentPolicy("truncate", 20),
-                        ContentPolicy("drop")):
+        for content in (
+            ContentPolicy("keep"),
+            ContentPolicy("truncate", 20),
+            ContentPolicy("drop"),
+        ):
             ours = ExportLogsServiceRequest.FromString(
-                logs_request(log_records(run, result, now_ns=7, content=content)))
+                logs_request(log_records(run, result, now_ns=7, content=content))
+            )
             theirs = _sdk(run, result, content)
             assert ours == theirs
 
@@ -43,6 +47,8 @@ def test_requests_concatenate_into_one() -> None:
     run, result = graded_run()
     records = log_records(run, result, now_ns=7)
     joined = ExportLogsServiceRequest.FromString(
-        logs_request(records[:2]) + logs_request(records[2:]))
-    assert sum(len(sl.log_records) for rl in joined.resource_logs
-               for sl in rl.scope_logs) == len(records)
+        logs_request(records[:2]) + logs_request(records[2:])
+    )
+    assert sum(len(sl.log_records) for rl in joined.resource_logs for sl in rl.scope_logs) == len(
+        records
+    )

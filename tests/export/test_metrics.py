@@ -163,8 +163,9 @@ def test_a_batch_recorded_at_once_counts_what_its_runs_recorded_one_by_one() -> 
     seen = []
     for record in ("one by one", "at once"):
         reader = InMemoryMetricReader()
-        provider = MeterProvider(metric_readers=[reader], views=metric_views(),
-                                 shutdown_on_exit=False)
+        provider = MeterProvider(
+            metric_readers=[reader], views=metric_views(), shutdown_on_exit=False
+        )
         metrics = ToolUseMetrics(provider.get_meter("test"))
         if record == "at once":
             metrics.record_many(batch)

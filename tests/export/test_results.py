@@ -89,8 +89,11 @@ def test_every_verdict_encodes_as_in_the_golden_file() -> None:
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(json.dumps(encoded, indent=2, ensure_ascii=False) + "\n")
         changed = "changed" if GOLDEN.read_text() != old else "unchanged"
-        pytest.fail(f"{GOLDEN.name} rewritten ({changed}): review `git diff` and run again "
-                    "without ATTEST_OTEL_UPDATE_GOLDEN", pytrace=False)
+        pytest.fail(
+            f"{GOLDEN.name} rewritten ({changed}): review `git diff` and run again "
+            "without ATTEST_OTEL_UPDATE_GOLDEN",
+            pytrace=False,
+        )
     assert encoded == json.loads(GOLDEN.read_text())
 
 

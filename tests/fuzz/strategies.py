@@ -247,9 +247,7 @@ def messages_json(draw: st.DrawFn) -> str:
             {
                 "role": role,
                 "content": draw(st.one_of(short_text, json_values)),
-                "tool_calls": [
-                    {"id": c["id"], "type": "function", "function": c} for c in calls
-                ],
+                "tool_calls": [{"id": c["id"], "type": "function", "function": c} for c in calls],
                 "tool_call_id": draw(st.sampled_from(("call_1", "call_2"))),
             }
         ]
@@ -284,9 +282,7 @@ scalar_any = st.one_of(
         lambda i: AnyValue(int_value=i),
         st.one_of(st.integers(INT64_MIN, INT64_MAX), st.sampled_from((INT64_MIN, INT64_MAX, 0))),
     ),
-    st.builds(
-        lambda f: AnyValue(double_value=f), st.floats(allow_nan=False, allow_infinity=False)
-    ),
+    st.builds(lambda f: AnyValue(double_value=f), st.floats(allow_nan=False, allow_infinity=False)),
     st.builds(lambda b: AnyValue(bytes_value=b), st.binary(max_size=16)),
     st.builds(lambda s: AnyValue(string_value=s), st.sampled_from(ROLE_VALUES + TOOL_NAMES)),
     st.just(AnyValue()),
@@ -300,8 +296,12 @@ def _kvlist(pairs: list[tuple[str, AnyValue]]) -> AnyValue:
 any_values: st.SearchStrategy[AnyValue] = st.recursive(
     scalar_any,
     lambda inner: st.one_of(
-        st.builds(lambda vs: AnyValue(array_value=ArrayValue(values=vs)), st.lists(inner, max_size=3)),
-        st.builds(_kvlist, st.lists(st.tuples(_pick_or(TOOL_NAMES, short_text), inner), max_size=3)),
+        st.builds(
+            lambda vs: AnyValue(array_value=ArrayValue(values=vs)), st.lists(inner, max_size=3)
+        ),
+        st.builds(
+            _kvlist, st.lists(st.tuples(_pick_or(TOOL_NAMES, short_text), inner), max_size=3)
+        ),
     ),
     max_leaves=4,
 )
@@ -418,6 +418,7 @@ def log_requests(draw: st.DrawFn) -> ExportLogsServiceRequest:
 
 
 # -- encodings ----------------------------------------------------------------------------------
+
 
 def json_lines(req: ExportTraceServiceRequest) -> bytes:
     """One request per resource, one per line, as the Collector's file exporter writes."""

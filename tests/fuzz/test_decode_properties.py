@@ -93,7 +93,10 @@ def test_a_logs_request_decodes_the_same_in_protobuf_and_json(
 ) -> None:
     def records(data: bytes) -> list[str]:
         decoded = decode_bytes(data, lazy=False)
-        return [repr((r.trace_id, r.span_id, r.event_name, r.time_ns, r.body, r.attributes)) for r in decoded.logs]
+        return [
+            repr((r.trace_id, r.span_id, r.event_name, r.time_ns, r.body, r.attributes))
+            for r in decoded.logs
+        ]
 
     expected = records(req.SerializeToString())
     assert records(json.dumps(otlp_json_dict(req)).encode()) == expected
@@ -119,9 +122,7 @@ def test_wrong_types_at_random_paths_decode_or_are_refused(
     req: ExportTraceServiceRequest, lazy: bool, data: st.DataObject
 ) -> None:
     dialect = data.draw(st.sampled_from(("otlp", "protobuf")))
-    document = (
-        otlp_json_dict(req) if dialect == "otlp" else json.loads(to_protobuf_json(req))
-    )
+    document = otlp_json_dict(req) if dialect == "otlp" else json.loads(to_protobuf_json(req))
     mutated = data.draw(json_mutations(document))
     oracle.exercise_otlp(json.dumps(mutated).encode(), lazy=lazy)
 

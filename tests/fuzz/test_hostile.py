@@ -234,7 +234,15 @@ def test_nested_anyvalues_beyond_upbs_depth_limit_are_an_input_error() -> None:
         array = b"\x0a" + _varint(len(value)) + value
         value = b"\x2a" + _varint(len(array)) + array
     kv_bytes = b"\x0a\x01k\x12" + _varint(len(value)) + value
-    span_bytes = b"\x0a\x10" + bytes(16) + b"\x12\x08" + bytes(8) + b"\x4a" + _varint(len(kv_bytes)) + kv_bytes
+    span_bytes = (
+        b"\x0a\x10"
+        + bytes(16)
+        + b"\x12\x08"
+        + bytes(8)
+        + b"\x4a"
+        + _varint(len(kv_bytes))
+        + kv_bytes
+    )
     scope = b"\x12" + _varint(len(span_bytes)) + span_bytes
     rs = b"\x12" + _varint(len(scope)) + scope
     data = b"\x0a" + _varint(len(rs)) + rs
@@ -263,7 +271,9 @@ def test_a_deep_anyvalue_built_in_python_is_an_input_error_not_a_recursion_error
         value = AnyValue(array_value=ArrayValue(values=[value]))
     ps = PbSpan(trace_id=bytes(range(16)), span_id=bytes(range(8)), name="chat")
     ps.attributes.append(KeyValue(key="gen_ai.input.messages", value=value))
-    req = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[ps])])])
+    req = ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[ps])])]
+    )
     decoded = decode_request(req, lazy=False)  # 45 levels: fine
     graded(decoded)
     # Deeper than the interpreter's recursion limit allows, as any_value walks it.
@@ -310,7 +320,10 @@ def test_a_50_mb_tool_output_is_truncated_with_a_marker_counted_and_logged(
 def test_the_attribute_limit_is_configurable_and_can_be_lifted() -> None:
     data = body([agent(), tool(1, parent=0, result="é" * 5000)])
     decoded = decode_bytes(data, max_attribute_chars=100)
-    assert decoded.spans[1].attributes["gen_ai.tool.call.result"] == "é" * 100 + "…[truncated 4900 chars]"
+    assert (
+        decoded.spans[1].attributes["gen_ai.tool.call.result"]
+        == "é" * 100 + "…[truncated 4900 chars]"
+    )
     assert decoded.truncated_values == 1
     lifted = decode_bytes(data, max_attribute_chars=None)
     assert lifted.spans[1].attributes["gen_ai.tool.call.result"] == "é" * 5000
@@ -318,9 +331,7 @@ def test_the_attribute_limit_is_configurable_and_can_be_lifted() -> None:
 
 
 def test_huge_names_status_messages_and_nested_values_are_cut_in_protobuf_too() -> None:
-    ps = PbSpan(
-        trace_id=bytes(range(16)), span_id=bytes(range(8)), name="chat " + "n" * 300
-    )
+    ps = PbSpan(trace_id=bytes(range(16)), span_id=bytes(range(8)), name="chat " + "n" * 300)
     ps.status.message = "s" * 300
     ps.attributes.append(
         KeyValue(
@@ -329,7 +340,9 @@ def test_huge_names_status_messages_and_nested_values_are_cut_in_protobuf_too() 
         )
     )
     ps.attributes.append(KeyValue(key="blob", value=AnyValue(bytes_value=b"b" * 300)))
-    req = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[ps])])])
+    req = ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[ps])])]
+    )
     decoded = decode_bytes(req.SerializeToString(), max_attribute_chars=200)
     s = decoded.spans[0]
     assert decoded.truncated_values == 4
@@ -344,7 +357,9 @@ def test_huge_names_status_messages_and_nested_values_are_cut_in_protobuf_too() 
 
 def test_invalid_utf8_in_a_protobuf_string_field_is_an_input_error() -> None:
     ps = PbSpan(trace_id=bytes(range(16)), span_id=bytes(range(8)), name="chat-XY")
-    req = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[ps])])])
+    req = ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[ps])])]
+    )
     data = req.SerializeToString().replace(b"chat-XY", b"chat-\xff\xfe")
     with pytest.raises(InputError) as err:
         decode_bytes(data)
@@ -391,7 +406,9 @@ def test_a_surrogate_pair_escape_is_left_alone() -> None:
     ],
 )
 def test_numbers_json_cannot_hold_as_times_are_input_errors(start: str, problem: str) -> None:
-    data = body([agent()]).replace(f'"startTimeUnixNano": "{T0}"'.encode(), f'"startTimeUnixNano": {start}'.encode())
+    data = body([agent()]).replace(
+        f'"startTimeUnixNano": "{T0}"'.encode(), f'"startTimeUnixNano": {start}'.encode()
+    )
     with pytest.raises(InputError, match=problem.replace("(", r"\(").replace(")", r"\)")):
         decode_bytes(data)
 
@@ -425,7 +442,9 @@ def test_a_parent_cycle_is_cut_at_its_earliest_span_counted_and_logged(
     trace, logged = anomalies(body([b, a]), caplog)
     assert trace.anomalies == {"parent_cycles": 1}
     run = only_run([trace])
-    assert run.agent == "shop" and [s.tool_call.name for s in run.steps if s.tool_call] == ["lookup"]
+    assert run.agent == "shop" and [s.tool_call.name for s in run.steps if s.tool_call] == [
+        "lookup"
+    ]
     assert logged == [f"trace {TRACE}: 1 parent cycles (cut at the earliest span)"]
     assert caplog.records[-1].levelno == logging.WARNING
 
@@ -477,8 +496,15 @@ def test_clocks_far_in_the_future_or_past_are_kept_counted_and_logged(
     ]
 
 
-def test_a_value_of_an_unexpected_type_costs_only_its_span(caplog: pytest.LogCaptureFixture) -> None:
-    odd = span(2, "chat", {"gen_ai.operation.name": {"arrayValue": {"values": [{"intValue": "1"}]}}}, parent=0)
+def test_a_value_of_an_unexpected_type_costs_only_its_span(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    odd = span(
+        2,
+        "chat",
+        {"gen_ai.operation.name": {"arrayValue": {"values": [{"intValue": "1"}]}}},
+        parent=0,
+    )
     trace, logged = anomalies(body([agent(), tool(1, parent=0), odd]), caplog)
     assert trace.anomalies == {"unreadable_spans": 1}
     assert [s.tool_call.name for s in only_run([trace]).steps if s.tool_call] == ["lookup"]
@@ -497,12 +523,37 @@ def agent_loop_body(n: int) -> bytes:
     i = 1
     while i < n:
         turn = T0 + i * MS
-        spans.append(span(i, "chat claude", {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic"}, parent=0, start=turn))
+        spans.append(
+            span(
+                i,
+                "chat claude",
+                {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic"},
+                parent=0,
+                start=turn,
+            )
+        )
         if i + 1 < n:
             failed = (i // 3) % 10 == 0
-            spans.append(tool(i + 1, f"tool{i % 7}", result="Error: timeout" if failed else "ok", parent=0, start=turn + 1, status=STATUS_ERROR if failed else 0))
+            spans.append(
+                tool(
+                    i + 1,
+                    f"tool{i % 7}",
+                    result="Error: timeout" if failed else "ok",
+                    parent=0,
+                    start=turn + 1,
+                    status=STATUS_ERROR if failed else 0,
+                )
+            )
         if i + 2 < n:
-            spans.append(span(i + 2, "GET /inventory", {"http.request.method": "GET"}, parent=i + 1, start=turn + 2))
+            spans.append(
+                span(
+                    i + 2,
+                    "GET /inventory",
+                    {"http.request.method": "GET"},
+                    parent=i + 1,
+                    start=turn + 2,
+                )
+            )
         i += 3
     assert len(spans) == n
     return body(spans)
@@ -522,27 +573,59 @@ def test_a_100k_span_agent_trace_decodes_adapts_and_grades_in_bounded_time() -> 
 
 
 def _shape(name: str) -> list[Span]:
-    def s(i: int, parent: int | None, op: str, start: int = 0, end: int = 0, status: int = 0, **attrs: Any) -> Span:
+    def s(
+        i: int,
+        parent: int | None,
+        op: str,
+        start: int = 0,
+        end: int = 0,
+        status: int = 0,
+        **attrs: Any,
+    ) -> Span:
         a = {"gen_ai.operation.name": op, "gen_ai.provider.name": "x", **attrs}
         pid = sid(parent) if parent is not None else None
         return Span(TRACE, sid(i), pid, f"{op} t", start, end, status_code=status, attributes=a)
 
     if name == "chain of 100k tool spans":
-        return [s(i, i - 1 if i else None, "execute_tool", i, 2 * N - i, **{"gen_ai.tool.name": "t"}) for i in range(N)]
+        return [
+            s(i, i - 1 if i else None, "execute_tool", i, 2 * N - i, **{"gen_ai.tool.name": "t"})
+            for i in range(N)
+        ]
     if name == "chain of 100k agents":
-        return [s(i, i - 1 if i else None, "invoke_agent" if i % 2 == 0 else "execute_tool", i, 2 * N - i) for i in range(N)]
+        return [
+            s(
+                i,
+                i - 1 if i else None,
+                "invoke_agent" if i % 2 == 0 else "execute_tool",
+                i,
+                2 * N - i,
+            )
+            for i in range(N)
+        ]
     if name == "100k-span parent cycle":
         return [s(i, (i + 1) % N, "execute_tool", **{"gen_ai.tool.name": "t"}) for i in range(N)]
     if name == "100k failing calls of distinct tools":
         return [s(0, None, "invoke_agent")] + [
-            s(i, 0, "execute_tool", status=STATUS_ERROR, **{"gen_ai.tool.name": f"t{i}"}) for i in range(1, N)
+            s(i, 0, "execute_tool", status=STATUS_ERROR, **{"gen_ai.tool.name": f"t{i}"})
+            for i in range(1, N)
         ]
     if name == "100k parallel calls of one tool":
-        return [s(0, None, "invoke_agent")] + [s(i, 0, "execute_tool", i, 2 * N, **{"gen_ai.tool.name": "t"}) for i in range(1, N)]
+        return [s(0, None, "invoke_agent")] + [
+            s(i, 0, "execute_tool", i, 2 * N, **{"gen_ai.tool.name": "t"}) for i in range(1, N)
+        ]
     if name == "100k model calls asking for tools without spans":
         out = [s(0, None, "invoke_agent")]
         for i in range(1, N):
-            msg = json.dumps([{"role": "assistant", "parts": [{"type": "tool_call", "id": f"c{i}", "name": "t", "arguments": {}}]}])
+            msg = json.dumps(
+                [
+                    {
+                        "role": "assistant",
+                        "parts": [
+                            {"type": "tool_call", "id": f"c{i}", "name": "t", "arguments": {}}
+                        ],
+                    }
+                ]
+            )
             out.append(s(i, 0, "chat", i * 10, i * 10 + 5, **{"gen_ai.output.messages": msg}))
         return out
     raise LookupError(name)

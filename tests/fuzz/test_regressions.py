@@ -75,7 +75,10 @@ def test_H_a_number_of_5000_digits_was_a_value_error(data: bytes) -> None:
         (otlp(one_span(name="5")), "name must be a string"),
         (otlp(one_span(', "status": {"message": 7}')), "bad status message: 7"),
         (otlp(one_span(', "events": [{"name": 5}]')), "event name must be a string"),
-        (otlp(one_span(', "startTimeUnixNano": -5')), "start time out of the unsigned 64-bit range"),
+        (
+            otlp(one_span(', "startTimeUnixNano": -5')),
+            "start time out of the unsigned 64-bit range",
+        ),
         (otlp(one_span(', "endTimeUnixNano": 1e300')), "end time out of the unsigned 64-bit range"),
         (
             b'{"resourceLogs": [{"scopeLogs": [{"scope": {"name": 5}, "logRecords": [{}]}]}]}',
@@ -87,7 +90,9 @@ def test_H_a_number_of_5000_digits_was_a_value_error(data: bytes) -> None:
         ),
     ],
 )
-def test_H_wrong_types_in_json_were_attribute_errors_or_passed_through(data: bytes, problem: str) -> None:
+def test_H_wrong_types_in_json_were_attribute_errors_or_passed_through(
+    data: bytes, problem: str
+) -> None:
     """A scope name of 5 raised AttributeError; a span name of 5 (in a GenAI scope) or a
     negative time reached the adapters as-is."""
     with oracle.no_walker_bugs(), pytest.raises(InputError, match=problem):
@@ -154,7 +159,11 @@ def test_H_many_gzip_members_took_quadratic_time() -> None:
 
 
 def test_H_an_unpaired_surrogate_escape_reached_the_utf8_writers() -> None:
-    data = otlp(one_span(', "attributes": [{"key": "gen_ai.tool.call.result", "value": {"stringValue": "\\ud800"}}]'))
+    data = otlp(
+        one_span(
+            ', "attributes": [{"key": "gen_ai.tool.call.result", "value": {"stringValue": "\\ud800"}}]'
+        )
+    )
     decoded = decode_bytes(data)
     assert decoded.spans[0].attributes["gen_ai.tool.call.result"] == "\ufffd"
     assert decoded.invalid_unicode == 1
@@ -165,7 +174,12 @@ def test_H_an_unpaired_surrogate_escape_reached_the_utf8_writers() -> None:
 
 def test_P_an_array_operation_name_was_a_type_error_in_detect() -> None:
     """`OP_ROLES.get(["..."])`: unhashable. Now the span is left to no dialect, counted."""
-    data = otlp(one_span(', "attributes": [{"key": "gen_ai.operation.name", "value": {"arrayValue": {}}}]', name='"invoke_agent shop"'))
+    data = otlp(
+        one_span(
+            ', "attributes": [{"key": "gen_ai.operation.name", "value": {"arrayValue": {}}}]',
+            name='"invoke_agent shop"',
+        )
+    )
     decoded = decode_bytes(data)
     traces = runs_from_spans(decoded.spans)
     assert traces[0].runs == []
@@ -174,7 +188,17 @@ def test_P_an_array_operation_name_was_a_type_error_in_detect() -> None:
 def test_H_a_trace_that_is_all_one_parent_cycle_had_no_root() -> None:
     """`min(roots)` of an empty list: ValueError."""
     spans = [
-        Span(T, f"{i + 1:016x}", f"{(i + 1) % 3 + 1:016x}", "execute_tool t", attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "gen_ai.provider.name": "x"})
+        Span(
+            T,
+            f"{i + 1:016x}",
+            f"{(i + 1) % 3 + 1:016x}",
+            "execute_tool t",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "t",
+                "gen_ai.provider.name": "x",
+            },
+        )
         for i in range(3)
     ]
     traces = runs_from_spans(spans)
@@ -184,8 +208,30 @@ def test_H_a_trace_that_is_all_one_parent_cycle_had_no_root() -> None:
 
 def test_H_deeply_nested_json_in_allowed_tools_was_a_recursion_error() -> None:
     deep = "[" * 100_000 + "]" * 100_000
-    span = Span(T, "0000000000000001", None, "invoke_agent a", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "x", "attest.allowed_tools": deep, "attest.tool_fallbacks": deep})
-    tool = Span(T, "0000000000000002", "0000000000000001", "execute_tool t", attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "gen_ai.tool.call.result": deep, "gen_ai.provider.name": "x"})
+    span = Span(
+        T,
+        "0000000000000001",
+        None,
+        "invoke_agent a",
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": "x",
+            "attest.allowed_tools": deep,
+            "attest.tool_fallbacks": deep,
+        },
+    )
+    tool = Span(
+        T,
+        "0000000000000002",
+        "0000000000000001",
+        "execute_tool t",
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "t",
+            "gen_ai.tool.call.result": deep,
+            "gen_ai.provider.name": "x",
+        },
+    )
     traces = runs_from_spans([span, tool])
     run = traces[0].runs[0]
     assert run.allowed_tools is None  # ignored, as any bad attribute
@@ -196,7 +242,12 @@ def test_H_deeply_nested_json_in_allowed_tools_was_a_recursion_error() -> None:
 def test_H_many_failing_calls_were_quadratic_in_the_rules(n: int) -> None:
     import time
 
-    run = Run(steps=[Step(tool_call=ToolCall(name=f"t{i}", output="Error: x", is_error=True)) for i in range(n)])
+    run = Run(
+        steps=[
+            Step(tool_call=ToolCall(name=f"t{i}", output="Error: x", is_error=True))
+            for i in range(n)
+        ]
+    )
     run.steps.append(Step(tool_call=ToolCall(name="t0", output="ok")))
     run.tool_fallbacks = {"t1": ["t0"]}
     start = time.perf_counter()
@@ -232,8 +283,25 @@ def test_every_saved_crash_passes_the_oracle(name: str) -> None:
 
 def test_error_status_is_still_an_error_after_the_assembler_changes() -> None:
     spans = [
-        Span(T, "0000000000000001", None, "invoke_agent a", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "x"}),
-        Span(T, "0000000000000002", "0000000000000001", "execute_tool t", status_code=STATUS_ERROR, attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "gen_ai.provider.name": "x"}),
+        Span(
+            T,
+            "0000000000000001",
+            None,
+            "invoke_agent a",
+            attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "x"},
+        ),
+        Span(
+            T,
+            "0000000000000002",
+            "0000000000000001",
+            "execute_tool t",
+            status_code=STATUS_ERROR,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "t",
+                "gen_ai.provider.name": "x",
+            },
+        ),
     ]
     run = runs_from_spans(spans)[0].runs[0]
     assert run.steps[0].tool_call is not None and run.steps[0].tool_call.is_error is True
@@ -264,7 +332,11 @@ def _scan(calls: list[_FakeCall], name: str, since: int) -> _FakeCall | None:
 @settings(max_examples=150, deadline=None)
 @given(
     steps=st.lists(
-        st.tuples(st.sampled_from(("add", "claim", "id")), st.sampled_from(("a", "b", None)), st.integers(0, 20)),
+        st.tuples(
+            st.sampled_from(("add", "claim", "id")),
+            st.sampled_from(("a", "b", None)),
+            st.integers(0, 20),
+        ),
         max_size=60,
     )
 )
@@ -287,31 +359,59 @@ def test_claimable_finds_what_the_scan_found(steps: list[tuple[str, str | None, 
 @settings(max_examples=150, deadline=None)
 @given(
     calls=st.lists(st.tuples(st.sampled_from("abcd"), st.booleans()), max_size=30),
-    fallbacks=st.dictionaries(st.sampled_from("abcd"), st.lists(st.sampled_from("abcd"), max_size=3)),
+    fallbacks=st.dictionaries(
+        st.sampled_from("abcd"), st.lists(st.sampled_from("abcd"), max_size=3)
+    ),
 )
-def test_recoveries_in_one_pass_match_find_recovery(calls: list[tuple[str, bool]], fallbacks: dict[str, list[str]]) -> None:
+def test_recoveries_in_one_pass_match_find_recovery(
+    calls: list[tuple[str, bool]], fallbacks: dict[str, list[str]]
+) -> None:
     run = Run(
-        steps=[Step(tool_call=ToolCall(name=n, output="Error: x" if bad else "ok")) for n, bad in calls],
+        steps=[
+            Step(tool_call=ToolCall(name=n, output="Error: x" if bad else "ok")) for n, bad in calls
+        ],
         tool_fallbacks=fallbacks,
     )
     tool_calls = run.tool_calls
     errored = [bad for _, bad in calls]
     for i, fact in enumerate(assess(run)):
         found = find_recovery(i, tool_calls, errored, fallbacks) if errored[i] else None
-        assert (fact.recovery, fact.recovered_at, fact.recovered_by) == (found or (None, None, None))
+        assert (fact.recovery, fact.recovered_at, fact.recovered_by) == (
+            found or (None, None, None)
+        )
 
 
 def test_P_a_bytes_tool_output_was_a_type_error_in_the_assembler_and_the_rules() -> None:
     """`json.dumps(b"...")` in `output_text`: an OTLP bytesValue as a tool result."""
     spans = [
-        Span(T, "0000000000000001", None, "invoke_agent a", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "x"}),
-        Span(T, "0000000000000002", "0000000000000001", "execute_tool t", status_code=STATUS_ERROR, attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t", "gen_ai.provider.name": "x", "gen_ai.tool.call.result": {"blob": [b"Error: \xff"]}}),
+        Span(
+            T,
+            "0000000000000001",
+            None,
+            "invoke_agent a",
+            attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "x"},
+        ),
+        Span(
+            T,
+            "0000000000000002",
+            "0000000000000001",
+            "execute_tool t",
+            status_code=STATUS_ERROR,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "t",
+                "gen_ai.provider.name": "x",
+                "gen_ai.tool.call.result": {"blob": [b"Error: \xff"]},
+            },
+        ),
     ]
     run = runs_from_spans(spans)[0].runs[0]
     call = run.steps[0].tool_call
     assert call is not None and call.output == {"blob": ["Error: \ufffd"]}
     oracle.grade_run(run)
-    assert grade(Run(steps=[Step(tool_call=ToolCall(name="t", output=[b"x"]))]), judge=None).findings
+    assert grade(
+        Run(steps=[Step(tool_call=ToolCall(name="t", output=[b"x"]))]), judge=None
+    ).findings
 
 
 def test_P_a_newline_in_a_run_file_key_made_a_two_line_input_error(tmp_path: Path) -> None:

@@ -28,28 +28,42 @@ def client_for(server: MessagesServer) -> anthropic.Anthropic:
 def two_unrecovered_errors() -> Run:
     return Run(
         task="Pay the bill.",
-        steps=[Step(ToolCall("charge_card", output="Error: declined")),
-               Step(ToolCall("lookup", output="fine")),
-               Step(ToolCall("email", output="exception: smtp down"))],
+        steps=[
+            Step(ToolCall("charge_card", output="Error: declined")),
+            Step(ToolCall("lookup", output="fine")),
+            Step(ToolCall("email", output="exception: smtp down")),
+        ],
         final_answer="All done, paid and emailed!",
     )
 
 
-def test_check_tool_use_inside_using_makes_one_call_per_unrecovered_error(messages_server: MessagesServer) -> None:
+def test_check_tool_use_inside_using_makes_one_call_per_unrecovered_error(
+    messages_server: MessagesServer,
+) -> None:
     messages_server.responder = verdict({"outcome": "claimed_success", "reason": "It says paid."})
     with llm.using(AnthropicJudge(client_for(messages_server), cache=AnswerCache())):
         result = check_tool_use(two_unrecovered_errors())
     assert messages_server.calls == 2
-    assert [f.verdict for f in result.findings] == ["error_claimed_success", "correct", "error_claimed_success"]
+    assert [f.verdict for f in result.findings] == [
+        "error_claimed_success",
+        "correct",
+        "error_claimed_success",
+    ]
     assert result.metadata == {"model": "claude-haiku-4-5", "model_calls": 2}
 
 
-def test_a_run_without_captured_content_asks_the_model_nothing(messages_server: MessagesServer) -> None:
+def test_a_run_without_captured_content_asks_the_model_nothing(
+    messages_server: MessagesServer,
+) -> None:
     messages_server.responder = verdict({"outcome": "acknowledged", "reason": "It says so."})
     judge = AnthropicJudge(client_for(messages_server), cache=AnswerCache())
-    blind = Run(steps=[Step(ToolCall("charge_card", is_error=True, output_captured=False)),
-                       Step(ToolCall("lookup", output_captured=False))],
-                content_captured=False)
+    blind = Run(
+        steps=[
+            Step(ToolCall("charge_card", is_error=True, output_captured=False)),
+            Step(ToolCall("lookup", output_captured=False)),
+        ],
+        content_captured=False,
+    )
     result = grader.grade(blind, judge=judge, appropriate=True)
     assert messages_server.calls == 0
     first = result.findings[0]
@@ -58,9 +72,14 @@ def test_a_run_without_captured_content_asks_the_model_nothing(messages_server: 
     assert [f.metadata["appropriate"] for f in result.findings] == [None, None]
     assert result.metadata["model_calls"] == 0
     # The same calls with content captured do reach the model: the skip is the flag's doing.
-    seen = Run(task="Pay.", steps=[Step(ToolCall("charge_card", output="Error: declined")),
-                                   Step(ToolCall("lookup", output="fine"))],
-               final_answer="It failed.")
+    seen = Run(
+        task="Pay.",
+        steps=[
+            Step(ToolCall("charge_card", output="Error: declined")),
+            Step(ToolCall("lookup", output="fine")),
+        ],
+        final_answer="It failed.",
+    )
     grader.grade(seen, judge=judge, appropriate=True)
     assert messages_server.calls > 0
 
@@ -71,7 +90,9 @@ def test_check_tool_use_outside_using_makes_no_call(messages_server: MessagesSer
     assert result.findings[0].metadata["recovery"] == "unchecked"
 
 
-def test_identical_questions_are_answered_from_the_cache_without_a_call(messages_server: MessagesServer) -> None:
+def test_identical_questions_are_answered_from_the_cache_without_a_call(
+    messages_server: MessagesServer,
+) -> None:
     messages_server.responder = verdict({"outcome": "acknowledged", "reason": "Says it failed."})
     judge = AnthropicJudge(client_for(messages_server), cache=AnswerCache())
     run = read_runs(EXAMPLES / "unrecovered.json")[0]
@@ -82,7 +103,9 @@ def test_identical_questions_are_answered_from_the_cache_without_a_call(messages
     assert first.findings == second.findings
 
 
-def test_a_500_from_the_model_becomes_unchecked_with_the_failure_in_the_reason(messages_server: MessagesServer) -> None:
+def test_a_500_from_the_model_becomes_unchecked_with_the_failure_in_the_reason(
+    messages_server: MessagesServer,
+) -> None:
     messages_server.responder = lambda request: api_error(500, "boom")
     judge = AnthropicJudge(client_for(messages_server), cache=AnswerCache())
     finding = grader.grade(read_runs(EXAMPLES / "unrecovered.json")[0], judge=judge).findings[0]
@@ -90,19 +113,32 @@ def test_a_500_from_the_model_becomes_unchecked_with_the_failure_in_the_reason(m
     assert "500" in finding.reason
 
 
-def test_tool_use_with_check_answer_and_no_key_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tool_use_with_check_answer_and_no_key_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(UsageError, match="ANTHROPIC_API_KEY"):
         grader.tool_use(two_unrecovered_errors(), check_answer=True)
 
 
-def test_tools_check_answer_in_a_subprocess_reads_the_key_and_base_url(messages_server: MessagesServer) -> None:
+def test_tools_check_answer_in_a_subprocess_reads_the_key_and_base_url(
+    messages_server: MessagesServer,
+) -> None:
     messages_server.responder = verdict({"outcome": "acknowledged", "reason": "It apologises."})
-    env = {**os.environ, "ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": messages_server.url,
-           "ATTEST_OTEL_MODEL": "claude-test"}
+    env = {
+        **os.environ,
+        "ANTHROPIC_API_KEY": "test",
+        "ANTHROPIC_BASE_URL": messages_server.url,
+        "ATTEST_OTEL_MODEL": "claude-test",
+    }
     script = Path(sys.executable).parent / "attest-otel"
-    proc = subprocess.run([str(script), "tools", str(EXAMPLES / "unrecovered.json"), "--check-answer", "--json"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [str(script), "tools", str(EXAMPLES / "unrecovered.json"), "--check-answer", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)[0]["result"]
     assert result["findings"][0]["metadata"]["recovery"] == "acknowledged"
@@ -110,11 +146,18 @@ def test_tools_check_answer_in_a_subprocess_reads_the_key_and_base_url(messages_
     assert messages_server.requests[0]["model"] == "claude-test"
 
 
-def test_tools_without_check_answer_sends_nothing_even_with_a_key(messages_server: MessagesServer) -> None:
+def test_tools_without_check_answer_sends_nothing_even_with_a_key(
+    messages_server: MessagesServer,
+) -> None:
     env = {**os.environ, "ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": messages_server.url}
     script = Path(sys.executable).parent / "attest-otel"
-    proc = subprocess.run([str(script), "tools", str(EXAMPLES / "unrecovered.json")],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [str(script), "tools", str(EXAMPLES / "unrecovered.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert messages_server.calls == 0
 
@@ -123,15 +166,22 @@ def test_run_uses_the_model_whenever_a_key_is_set(messages_server: MessagesServe
     messages_server.responder = verdict({"outcome": "silent", "reason": "Not mentioned."})
     env = {**os.environ, "ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": messages_server.url}
     script = Path(sys.executable).parent / "attest-otel"
-    proc = subprocess.run([str(script), "run", str(EXAMPLES / "unrecovered.json"), "--json"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [str(script), "run", str(EXAMPLES / "unrecovered.json"), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert json.loads(proc.stdout)[0]["result"]["findings"][0]["metadata"]["recovery"] == "silent"
     assert messages_server.calls == 1
 
 
 def test_appropriate_marks_a_poor_choice_incorrect(messages_server: MessagesServer) -> None:
-    messages_server.responder = verdict({"appropriate": False, "reason": "A weather tool cannot refund."})
+    messages_server.responder = verdict(
+        {"appropriate": False, "reason": "A weather tool cannot refund."}
+    )
     with llm.using(AnthropicJudge(client_for(messages_server), cache=AnswerCache())):
         result = grader.tool_use(read_runs(EXAMPLES / "clean.json")[0], appropriate=True)
     assert [f.verdict for f in result.findings] == ["incorrect"]

@@ -169,6 +169,7 @@ def span_named(req: ExportTraceServiceRequest, name: str) -> PbSpan:
 
 # -- encodings of the same request ------------------------------------------------------------
 
+
 def to_otlp_json(req: Any, *, int64_as_numbers: bool = False) -> bytes:
     """Upper-case hex ids here: hex is case-insensitive, and the decoder must know it."""
     return encodings.to_otlp_json(req, int64_as_numbers=int64_as_numbers, upper_hex=True)

@@ -155,8 +155,9 @@ JSON_VALUES = st.recursive(
     | st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1])
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -218,7 +219,9 @@ def span(n: int, extra: str = "", attributes: str = "[]", name: str = "chat m") 
 
 
 def attrs(value: str, key: str = "gen_ai.x") -> str:
-    return f'[{{"key": "{key}", "value": {value}}}, {{"key": "k", "value": {{"stringValue": "v"}}}}]'
+    return (
+        f'[{{"key": "{key}", "value": {value}}}, {{"key": "k", "value": {{"stringValue": "v"}}}}]'
+    )
 
 
 def walked(parse: Any, text: str, lazy: bool = True) -> tuple[str, str]:
@@ -285,7 +288,8 @@ WALKED = [
 @pytest.mark.parametrize("text", WALKED)
 @pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "whole"])
 def test_walks_give_json_s_spans_and_errors_but_for_integers_past_64_bits(
-    text: str, lazy: bool,
+    text: str,
+    lazy: bool,
 ) -> None:
     json.loads(text)  # every case is valid JSON
     assert walked(otlp_json.loads, text, lazy) == walked(json_loads, text, lazy)
@@ -293,8 +297,11 @@ def test_walks_give_json_s_spans_and_errors_but_for_integers_past_64_bits(
 
 def test_an_int_value_past_64_bits_reads_as_the_integer_of_its_nearest_float() -> None:
     spans: list[Span] = []
-    otlp_json.walk_traces(otlp_json.loads(request(span(1, attributes=attrs(
-        f'{{"intValue": {BIG}}}')))), spans, lazy=True)
+    otlp_json.walk_traces(
+        otlp_json.loads(request(span(1, attributes=attrs(f'{{"intValue": {BIG}}}')))),
+        spans,
+        lazy=True,
+    )
     assert spans[0].attributes["gen_ai.x"] == int(float(BIG)) != int(BIG)
 
 
@@ -332,7 +339,9 @@ def test_an_int_value_past_64_bits_reads_as_the_integer_of_its_nearest_float() -
 def test_random_attribute_values_walk_the_same_whichever_parser_read_them(
     values: list[str], key: str, name: str, extra: str
 ) -> None:
-    kvs = "[" + ", ".join(f'{{"key": "{key}{i}", "value": {v}}}' for i, v in enumerate(values)) + "]"
+    kvs = (
+        "[" + ", ".join(f'{{"key": "{key}{i}", "value": {v}}}' for i, v in enumerate(values)) + "]"
+    )
     text = request(span(1, extra=extra, attributes=kvs, name=name))
     assert walked(otlp_json.loads, text) == walked(json_loads, text)
 
@@ -354,10 +363,16 @@ def test_a_repeated_resource_is_a_fresh_equal_dict_for_every_request() -> None:
     otlp_json.walk_traces(json.loads(request(span(2), resource=resource)), second, lazy=True)
     assert second[0].resource == {"service.name": "shop"}
     for other, expected in [
-        ('[{"key": "service.name", "value": {"stringValue": "shop", "x": 1}}]', {"service.name": "shop"}),
+        (
+            '[{"key": "service.name", "value": {"stringValue": "shop", "x": 1}}]',
+            {"service.name": "shop"},
+        ),
         ('[{"key": "service.name", "value": {"intValue": "5"}}]', {"service.name": 5}),
         (resource[:-1] + ", " + resource[1:], {"service.name": "shop"}),
-        ('[{"key": "service.name", "value": {"stringValue": "' + "x" * 300 + '"}}]', {"service.name": "x" * 300}),
+        (
+            '[{"key": "service.name", "value": {"stringValue": "' + "x" * 300 + '"}}]',
+            {"service.name": "x" * 300},
+        ),
     ]:
         for _ in range(2):
             found: list[Span] = []

@@ -56,17 +56,19 @@ def phoenix_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     log_path = workdir / "phoenix.log"
     log = log_path.open("w")
-    process = subprocess.Popen(
-        [executable, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
+    process = subprocess.Popen([executable, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + PHOENIX_START_S
         while not _healthy(url):
             if process.poll() is not None:
-                pytest.fail(f"Phoenix exited ({process.returncode}):\n{log_path.read_text()[-3000:]}")
+                pytest.fail(
+                    f"Phoenix exited ({process.returncode}):\n{log_path.read_text()[-3000:]}"
+                )
             if time.monotonic() > deadline:
-                pytest.fail(f"Phoenix not up within {PHOENIX_START_S:g}s:\n{log_path.read_text()[-3000:]}")
+                pytest.fail(
+                    f"Phoenix not up within {PHOENIX_START_S:g}s:\n{log_path.read_text()[-3000:]}"
+                )
             time.sleep(0.5)
         yield url
     finally:

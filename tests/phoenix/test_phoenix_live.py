@@ -34,8 +34,12 @@ FIXTURES = [
 
 
 def _context(trace_id: str, span_id: str, *, remote: bool = False) -> SpanContext:
-    return SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=remote,
-                       trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return SpanContext(
+        int(trace_id, 16),
+        int(span_id, 16),
+        is_remote=remote,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
 
 
 def _sdk_span(s: Span) -> ReadableSpan:
@@ -109,7 +113,10 @@ def test_a_trace_sent_to_phoenix_grades_back_by_id_as_the_original_file_does(
     for s in original:
         back = by_id[s.span_id]
         assert (back.trace_id, back.parent_id, back.name, back.status_code) == (
-            s.trace_id, s.parent_id, s.name, s.status_code
+            s.trace_id,
+            s.parent_id,
+            s.name,
+            s.status_code,
         )
         assert [e.name for e in back.events] == [e.name for e in s.events]
         assert abs(back.start_ns - s.start_ns) < 1000  # Phoenix keeps microseconds

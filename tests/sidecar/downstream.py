@@ -30,8 +30,7 @@ class Downstream:
         self.down = False
         self.delay_s = 0.0
         self.requests: dict[str, list[bytes]] = {"traces": [], "logs": [], "metrics": []}
-        self.metadata: dict[str, list[dict[str, str]]] = {"traces": [], "logs": [],
-                                                          "metrics": []}
+        self.metadata: dict[str, list[dict[str, str]]] = {"traces": [], "logs": [], "metrics": []}
         """The metadata (headers) each request came with, by signal."""
         self.refused = 0
         self._cond = threading.Condition()
@@ -42,18 +41,31 @@ class Downstream:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> Downstream:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
-                             options=[("grpc.max_receive_message_length", 64 << 20)])
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8),
+            options=[("grpc.max_receive_message_length", 64 << 20)],
+        )
         handlers = []
         for service, signal in _SERVICES.items():
-            handlers.append(grpc.method_handlers_generic_handler(service, {
-                "Export": grpc.unary_unary_rpc_method_handler(
-                    self._handler(signal), request_deserializer=None,
-                    response_serializer=None)}))
+            handlers.append(
+                grpc.method_handlers_generic_handler(
+                    service,
+                    {
+                        "Export": grpc.unary_unary_rpc_method_handler(
+                            self._handler(signal),
+                            request_deserializer=None,
+                            response_serializer=None,
+                        )
+                    },
+                )
+            )
         server.add_generic_rpc_handlers(handlers)
         address = f"127.0.0.1:{self.port}"
-        self.port = (server.add_secure_port(address, self.credentials) if self.credentials
-                     else server.add_insecure_port(address))
+        self.port = (
+            server.add_secure_port(address, self.credentials)
+            if self.credentials
+            else server.add_insecure_port(address)
+        )
         server.start()
         self._server = server
         return self
@@ -73,10 +85,10 @@ class Downstream:
                 context.abort(grpc.StatusCode.UNAVAILABLE, "downstream told to be down")
             with self._cond:
                 self.requests[signal].append(request)
-                self.metadata[signal].append(
-                    {k: str(v) for k, v in context.invocation_metadata()})
+                self.metadata[signal].append({k: str(v) for k, v in context.invocation_metadata()})
                 self._cond.notify_all()
             return b""
+
         return export
 
     # --- reading what arrived ----------------------------------------------------------------

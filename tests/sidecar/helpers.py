@@ -34,8 +34,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 FAST_CONFIG: dict[str, Any] = {
     "buffer": {"grace_s": 0.3, "idle_timeout_s": 1.5, "tick_s": 0.02},
-    "forward": {"initial_backoff_s": 0.1, "max_backoff_s": 0.5, "retry_after_s": 1.0,
-                "timeout_s": 3.0},
+    "forward": {
+        "initial_backoff_s": 0.1,
+        "max_backoff_s": 0.5,
+        "retry_after_s": 1.0,
+        "timeout_s": 3.0,
+    },
     "telemetry": {"metrics": False, "timeout_s": 2.0},
     "grading": {"processes": 0},
     "shutdown": {"deadline_s": 10.0},
@@ -95,12 +99,20 @@ class Sidecar:
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self.env)
         args = [
-            sys.executable, "-m", "attest_otel.cli", "serve",
-            "--config", str(cfg),
-            "--grpc-endpoint", f"127.0.0.1:{self.grpc_port}",
-            "--http-endpoint", f"127.0.0.1:{self.http_port}",
-            "--forward-endpoint", self.forward,
-            "--store", str(self.tmp / "store.db"),
+            sys.executable,
+            "-m",
+            "attest_otel.cli",
+            "serve",
+            "--config",
+            str(cfg),
+            "--grpc-endpoint",
+            f"127.0.0.1:{self.grpc_port}",
+            "--http-endpoint",
+            f"127.0.0.1:{self.http_port}",
+            "--forward-endpoint",
+            self.forward,
+            "--store",
+            str(self.tmp / "store.db"),
             *self.extra_args,
         ]
         with open(self.log_path, "wb") as log:
@@ -151,8 +163,9 @@ class Sidecar:
             if self.proc.poll() is not None:
                 raise AssertionError(f"sidecar exited {self.proc.returncode}:\n{self.log()}")
             try:
-                with urllib.request.urlopen(f"{self.http_url}/readyz", timeout=1,
-                                            context=self.ssl_context()) as r:
+                with urllib.request.urlopen(
+                    f"{self.http_url}/readyz", timeout=1, context=self.ssl_context()
+                ) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, OSError):
@@ -239,13 +252,18 @@ def agent_run(
 def plain_request(tracer: Tracer, n_db: int = 2) -> tuple[str, list[str]]:
     ids: list[str] = []
     with tracer.start_as_current_span(
-        "GET /orders/{id}", kind=SpanKind.SERVER,
-        attributes={"http.request.method": "GET", "http.route": "/orders/{id}",
-                    "user_agent.original": "curl/8.5"},
+        "GET /orders/{id}",
+        kind=SpanKind.SERVER,
+        attributes={
+            "http.request.method": "GET",
+            "http.route": "/orders/{id}",
+            "user_agent.original": "curl/8.5",
+        },
     ) as root:
         for _ in range(n_db):
             with tracer.start_as_current_span(
-                "SELECT orders", kind=SpanKind.CLIENT,
+                "SELECT orders",
+                kind=SpanKind.CLIENT,
                 attributes={"db.system.name": "postgresql", "db.query.text": "SELECT 1"},
             ) as span:
                 ids.append(format(span.get_span_context().span_id, "016x"))

@@ -28,8 +28,11 @@ def _request(spans: int, *, genai: bool, seed: int) -> bytes:
     for i in range(spans):
         if i % 10 == 0:
             trace_id = rng.randbytes(16)
-        span = scope.spans.add(trace_id=trace_id, span_id=rng.randbytes(8),
-                               name="execute_tool lookup" if genai else "GET /orders")
+        span = scope.spans.add(
+            trace_id=trace_id,
+            span_id=rng.randbytes(8),
+            name="execute_tool lookup" if genai else "GET /orders",
+        )
         key = "gen_ai.operation.name" if genai else "http.request.method"
         span.attributes.add(key=key).value.string_value = "execute_tool" if genai else "GET"
     data: bytes = req.SerializeToString()
@@ -39,21 +42,30 @@ def _request(spans: int, *, genai: bool, seed: int) -> bytes:
 def _path(clock: Clock, floor: int) -> tuple[RequestPath, SidecarStats, Forwarder]:
     stats = SidecarStats()
     forwarder = Forwarder(ForwardConfig(endpoint="unused:1"))
-    buffer = TraceBuffer(BufferConfig(grace_s=GRACE, idle_timeout_s=60.0),
-                         probe=lambda *args: set(), release=lambda traces: None, clock=clock)
+    buffer = TraceBuffer(
+        BufferConfig(grace_s=GRACE, idle_timeout_s=60.0),
+        probe=lambda *args: set(),
+        release=lambda traces: None,
+        clock=clock,
+    )
     path = RequestPath(
-        buffer=buffer, forwarder=forwarder, stats=stats, wal=None, submit=lambda traces: None,
-        retry_after_s=0.05, max_backlog_spans=10**6,
-        capacity=GradingCapacity(GRACE, arriving_s=GRACE, floor_spans=floor, cold_spans=floor,
-                                 clock=clock),
+        buffer=buffer,
+        forwarder=forwarder,
+        stats=stats,
+        wal=None,
+        submit=lambda traces: None,
+        retry_after_s=0.05,
+        max_backlog_spans=10**6,
+        capacity=GradingCapacity(
+            GRACE, arriving_s=GRACE, floor_spans=floor, cold_spans=floor, clock=clock
+        ),
     )
     return path, stats, forwarder
 
 
 def test_the_capacity_counts_what_arrived_within_the_grace_and_what_grading_clears() -> None:
     clock = Clock()
-    capacity = GradingCapacity(0.5, arriving_s=0.5, floor_spans=100, cold_spans=1000,
-                               clock=clock)
+    capacity = GradingCapacity(0.5, arriving_s=0.5, floor_spans=100, cold_spans=1000, clock=clock)
     capacity.held(600)
     assert capacity.has_room(0) and capacity.arriving() == 600
     capacity.held(600)

@@ -38,14 +38,16 @@ Runs = dict[str, tuple[str | None, str, float, dict[str, str]]]
 """Agent span id -> (agent, verdict, score, {tool span id: call verdict})."""
 
 
-
 def _fixtures(tmp: Path) -> list[Path]:
     """Every labelled fixture, as a copy holding only its trace requests."""
     out = []
     for label in sorted(TRACES.glob("*.labels.json")):
         trace = label.with_name(label.name.replace(".labels.json", ".json"))
-        lines = [line for line in trace.read_text(encoding="utf-8").splitlines()
-                 if '"resourceSpans"' in line]
+        lines = [
+            line
+            for line in trace.read_text(encoding="utf-8").splitlines()
+            if '"resourceSpans"' in line
+        ]
         copy = tmp / trace.name
         copy.write_text("\n".join(lines) + "\n", encoding="utf-8")
         out.append(copy)
@@ -78,8 +80,11 @@ def _from_json(out: str) -> Runs:
     for trace in json.loads(out)["traces"]:
         for run in trace["runs"]:
             result = run["result"]
-            calls = {f["metadata"]["span_id"]: f["verdict"] for f in result["findings"]
-                     if f["metadata"].get("span_id")}
+            calls = {
+                f["metadata"]["span_id"]: f["verdict"]
+                for f in result["findings"]
+                if f["metadata"].get("span_id")
+            }
             runs[run["span_id"]] = (run["agent"], result["verdict"], result["score"], calls)
     return runs
 
@@ -140,16 +145,24 @@ def test_every_fixture_grades_the_same_from_a_file_the_sidecar_and_its_store(
         want = by_file[path.name]
         assert _from_spans(forwarded, want) == want, f"sidecar, {path.name}"
         trace_id = trace_of[path.name]
-        stored = _grade("--trace-id", trace_id, "--from", f"store:{store.path}",
-                        "--policy", str(policy))
+        stored = _grade(
+            "--trace-id", trace_id, "--from", f"store:{store.path}", "--policy", str(policy)
+        )
         assert stored == want, f"store (stored grades), {path.name}"
         decoded = store.fetch(trace_id)
         fresh: Runs = {}
         for graded in grade_traces(decoded.spans, decoded.logs, reading):
             for one in graded.runs:
-                calls = {f.metadata["span_id"]: f.verdict for f in one.result.findings
-                         if f.metadata.get("span_id")}
-                fresh[one.run.span_id or ""] = (one.run.agent, one.result.verdict,
-                                                one.result.score, calls)
+                calls = {
+                    f.metadata["span_id"]: f.verdict
+                    for f in one.result.findings
+                    if f.metadata.get("span_id")
+                }
+                fresh[one.run.span_id or ""] = (
+                    one.run.agent,
+                    one.result.verdict,
+                    one.result.score,
+                    calls,
+                )
         assert fresh == want, f"store (graded again from the stored spans), {path.name}"
     assert sidecar.terminate() == 0

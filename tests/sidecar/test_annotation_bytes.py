@@ -26,8 +26,15 @@ BENCH = Path(__file__).parent.parent.parent / "bench"
 def _graded(data: bytes, by_bytes: bool, content: ContentPolicy = KEEP) -> bytes:
     request = ExportTraceServiceRequest.FromString(data)
     decoded = decode_request(request, data=data)
-    out, _ = grade_decoded(request, decoded, None, lambda run: grade(run, judge=None), content,
-                           data=data if by_bytes else None, now_ns=123)
+    out, _ = grade_decoded(
+        request,
+        decoded,
+        None,
+        lambda run: grade(run, judge=None),
+        content,
+        data=data if by_bytes else None,
+        now_ns=123,
+    )
     return out
 
 
@@ -47,8 +54,9 @@ def test_appended_grades_equal_the_grades_written_through_messages() -> None:
     for data in _requests():
         by_bytes = _graded(data, True)
         by_messages = _graded(data, False)
-        assert (ExportTraceServiceRequest.FromString(by_bytes)
-                == ExportTraceServiceRequest.FromString(by_messages))
+        assert ExportTraceServiceRequest.FromString(
+            by_bytes
+        ) == ExportTraceServiceRequest.FromString(by_messages)
         annotated += by_bytes != data
     assert annotated > 1000
 
@@ -57,5 +65,6 @@ def test_a_span_graded_before_is_rewritten_not_appended_to() -> None:
     data = next(d for d in _requests() if _graded(d, True) != d)
     once = _graded(data, True)
     twice = _graded(once, True, ContentPolicy("drop"))
-    assert (ExportTraceServiceRequest.FromString(twice)
-            == ExportTraceServiceRequest.FromString(_graded(data, False, ContentPolicy("drop"))))
+    assert ExportTraceServiceRequest.FromString(twice) == ExportTraceServiceRequest.FromString(
+        _graded(data, False, ContentPolicy("drop"))
+    )

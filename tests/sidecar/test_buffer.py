@@ -42,8 +42,12 @@ def _buffer(clock: Clock, **limits: float) -> tuple[TraceBuffer, list[HeldTrace]
         return {s.span_id for s in spans if b"AGENT" in s.record}
 
     settings = {"grace_s": 1.0, "idle_timeout_s": 10.0, **limits}
-    buf = TraceBuffer(BufferConfig(**settings), probe=probe,  # type: ignore[arg-type]
-                      release=released.extend, clock=clock)
+    buf = TraceBuffer(
+        BufferConfig(**settings),
+        probe=probe,  # type: ignore[arg-type]
+        release=released.extend,
+        clock=clock,
+    )
     return buf, released, probes
 
 
@@ -108,11 +112,17 @@ def test_a_nested_run_that_arrives_first_is_held_until_the_outer_agent_span_arri
     buf.route([first], {A}, record=None)
     _quiet(buf, clock, 4.0)  # the outer agent thinks for 4 s: far past the grace
     assert released == [] and buf.held_spans == 4
-    buf.route([_group(
-        (A, b"execute_tool delegate", b"t1", b"outer"),
-        (A, b"chat m", b"m3", b"outer"),
-        (A, b"invoke_agent AGENT outer", b"outer"),
-    )], set(), record=None)
+    buf.route(
+        [
+            _group(
+                (A, b"execute_tool delegate", b"t1", b"outer"),
+                (A, b"chat m", b"m3", b"outer"),
+                (A, b"invoke_agent AGENT outer", b"outer"),
+            )
+        ],
+        set(),
+        record=None,
+    )
     _quiet(buf, clock, 0.9)
     assert released == []
     _quiet(buf, clock, 0.2)
@@ -124,23 +134,34 @@ def test_a_run_under_a_web_request_is_not_held_for_the_request_span() -> None:
     run is complete, so the root (and a DB call under it) hold nothing."""
     clock = Clock()
     buf, released, _ = _buffer(clock)
-    buf.route([_group(
-        (A, b"SELECT orders", b"db", b"http"),
-        (A, b"execute_tool lookup", b"t1", b"agent"),
-        (A, b"invoke_agent AGENT", b"agent", b"http"),
-    )], {A}, record=None)
+    buf.route(
+        [
+            _group(
+                (A, b"SELECT orders", b"db", b"http"),
+                (A, b"execute_tool lookup", b"t1", b"agent"),
+                (A, b"invoke_agent AGENT", b"agent", b"http"),
+            )
+        ],
+        {A},
+        record=None,
+    )
     _quiet(buf, clock, 1.1)
     assert [t.reason for t in released] == ["complete"]
 
 
-def test_work_waiting_for_an_agent_span_that_never_comes_is_released_at_the_idle_timeout(
-) -> None:
+def test_work_waiting_for_an_agent_span_that_never_comes_is_released_at_the_idle_timeout() -> None:
     clock = Clock()
     buf, released, _ = _buffer(clock)
-    buf.route([_group(
-        (A, b"chat m", b"m1", b"outer"),
-        (A, b"invoke_agent AGENT inner", b"inner", b"t1"),
-    )], {A}, record=None)
+    buf.route(
+        [
+            _group(
+                (A, b"chat m", b"m1", b"outer"),
+                (A, b"invoke_agent AGENT inner", b"inner", b"t1"),
+            )
+        ],
+        {A},
+        record=None,
+    )
     _quiet(buf, clock, 9.9)
     assert released == []
     _quiet(buf, clock, 0.2)
@@ -175,16 +196,18 @@ def test_spans_of_a_graded_trace_are_held_as_late_and_released_a_grace_later() -
     buf.route([_group((A, b"invoke_agent AGENT", b"agent"))], {A}, record=None)
     _quiet(buf, clock, 2)
     assert [t.reason for t in released] == ["complete"]
-    routed = buf.route([_group((A, b"execute_tool late", b"t9", b"agent"),
-                               (B, b"GET /", b"plain"))], set(), record=None)
+    routed = buf.route(
+        [_group((A, b"execute_tool late", b"t9", b"agent"), (B, b"GET /", b"plain"))],
+        set(),
+        record=None,
+    )
     assert (routed.late_spans, routed.held_spans, routed.passthrough_spans) == (1, 1, 1)
     assert buf.held_traces == 1
     _quiet(buf, clock, 0.9)
     assert len(released) == 1
     _quiet(buf, clock, 0.2)
     assert [(t.reason, t.late, t.spans) for t in released[1:]] == [("late", True, 1)]
-    routed = buf.route([_group((A, b"execute_tool later", b"t10", b"agent"))], set(),
-                       record=None)
+    routed = buf.route([_group((A, b"execute_tool later", b"t10", b"agent"))], set(), record=None)
     assert (routed.late_spans, routed.held_spans) == (1, 1)  # late again: still remembered
 
 

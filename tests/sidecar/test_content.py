@@ -64,8 +64,11 @@ def test_sidecar_events_and_log_events_follow_the_content_mode(
     sidecar.extra_args = ["--content", mode]
     sidecar.start()
     tp = provider(GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True))
-    _, ids = agent_run(tp.get_tracer("tests.sidecar.content"),
-                       tools=[("charge_card", None)], answer=f"Done: {SECRET}, paid anyway.")
+    _, ids = agent_run(
+        tp.get_tracer("tests.sidecar.content"),
+        tools=[("charge_card", None)],
+        answer=f"Done: {SECRET}, paid anyway.",
+    )
     assert tp.force_flush()
     assert downstream.wait_spans(set(ids)), sidecar.log()
     tp.shutdown()
@@ -94,12 +97,17 @@ def test_sidecar_model_checks_never_send_dropped_content_and_cut_truncated_conte
 
     messages_server.responder = verdict({"outcome": "claimed_success", "reason": "Says paid."})
     sidecar.env = {"ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": messages_server.url}
-    sidecar.config = {"grading": {"model": {"enabled": True}},
-                      "content": {"mode": mode, "max_chars": 40}}
+    sidecar.config = {
+        "grading": {"model": {"enabled": True}},
+        "content": {"mode": mode, "max_chars": 40},
+    }
     sidecar.start()
     tp = provider(GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True))
-    _, ids = agent_run(tp.get_tracer("tests.sidecar.content"),
-                       tools=[("charge_card", None)], answer=f"Done: {SECRET}, paid anyway.")
+    _, ids = agent_run(
+        tp.get_tracer("tests.sidecar.content"),
+        tools=[("charge_card", None)],
+        answer=f"Done: {SECRET}, paid anyway.",
+    )
     assert tp.force_flush()
     assert downstream.wait_spans(set(ids)), sidecar.log()
     tp.shutdown()

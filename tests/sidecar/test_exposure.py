@@ -54,22 +54,68 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def _ca(d: Path, name: str) -> None:
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
-             "-subj", f"/CN={name}", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             cwd=d)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.pem",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=d,
+    )
 
 
 def _leaf(d: Path, name: str, ca: str, ext: str) -> None:
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+    _openssl(
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        f"/CN={name}",
+        cwd=d,
+    )
     # Python's default context checks strictly (VERIFY_X509_STRICT): key identifiers needed.
-    (d / f"{name}.ext").write_text(ext + "basicConstraints=critical,CA:FALSE\n"
-                                   "subjectKeyIdentifier=hash\n"
-                                   "authorityKeyIdentifier=keyid,issuer\n")
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-             "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
-             "-extfile", f"{name}.ext", cwd=d)
+    (d / f"{name}.ext").write_text(
+        ext + "basicConstraints=critical,CA:FALSE\n"
+        "subjectKeyIdentifier=hash\n"
+        "authorityKeyIdentifier=keyid,issuer\n"
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        f"{ca}.pem",
+        "-CAkey",
+        f"{ca}.key",
+        "-CAcreateserial",
+        "-out",
+        f"{name}.pem",
+        "-days",
+        "2",
+        "-extfile",
+        f"{name}.ext",
+        cwd=d,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +123,21 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     d = tmp_path_factory.mktemp("pki")
     _ca(d, "ca")
     _ca(d, "other-ca")
-    _leaf(d, "server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-                             "extendedKeyUsage=serverAuth\n")
+    _leaf(
+        d,
+        "server",
+        "ca",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
     _leaf(d, "client", "ca", "extendedKeyUsage=clientAuth\n")
-    return Pki(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem",
-               d / "client.key", d / "other-ca.pem")
+    return Pki(
+        d / "ca.pem",
+        d / "server.pem",
+        d / "server.key",
+        d / "client.pem",
+        d / "client.key",
+        d / "other-ca.pem",
+    )
 
 
 @pytest.fixture
@@ -92,8 +148,10 @@ def token_file(tmp_path: Path) -> Path:
 
 
 def _rejected(sidecar_metrics: str, reason: str) -> float:
-    m = re.search(r'attest_sidecar_requests_rejected_total\{[^}]*reason="' + reason
-                  + r'"[^}]*\} ([0-9.e+]+)', sidecar_metrics)
+    m = re.search(
+        r'attest_sidecar_requests_rejected_total\{[^}]*reason="' + reason + r'"[^}]*\} ([0-9.e+]+)',
+        sidecar_metrics,
+    )
     return float(m.group(1)) if m else 0.0
 
 
@@ -113,11 +171,15 @@ def _raw_export(channel: grpc.Channel, metadata: Any = None) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
-def _http_post(url: str, context: ssl.SSLContext | None,
-               headers: dict[str, str] | None = None) -> int:
+def _http_post(
+    url: str, context: ssl.SSLContext | None, headers: dict[str, str] | None = None
+) -> int:
     request = urllib.request.Request(
-        f"{url}/v1/traces", data=b"", method="POST",
-        headers={"Content-Type": "application/x-protobuf", **(headers or {})})
+        f"{url}/v1/traces",
+        data=b"",
+        method="POST",
+        headers={"Content-Type": "application/x-protobuf", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=5, context=context) as r:
             status: int = r.status
@@ -127,18 +189,25 @@ def _http_post(url: str, context: ssl.SSLContext | None,
 
 
 @pytest.fixture
-def tls_sidecar(sidecar: Sidecar, pki: Pki, token_file: Path,
-                monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Sidecar, int]]:
+def tls_sidecar(
+    sidecar: Sidecar, pki: Pki, token_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Sidecar, int]]:
     # requests lets these variables override a session's own `verify` (the HTTP exporter's
     # certificate_file), so a machine that sets them would test the wrong CA.
     monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
     monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
     prom = free_port()
     sidecar.ca_file = pki.ca
-    sidecar.extra_args = ["--prometheus", f"127.0.0.1:{prom}",
-                          "--tls-cert-file", str(pki.server_cert),
-                          "--tls-key-file", str(pki.server_key),
-                          "--auth-token-file", str(token_file)]
+    sidecar.extra_args = [
+        "--prometheus",
+        f"127.0.0.1:{prom}",
+        "--tls-cert-file",
+        str(pki.server_cert),
+        "--tls-key-file",
+        str(pki.server_key),
+        "--auth-token-file",
+        str(token_file),
+    ]
     sidecar.start()
     yield sidecar, prom
 
@@ -151,10 +220,16 @@ def test_tls_and_token_sdk_exporters_get_through_others_are_refused_and_counted(
     auth = {"authorization": f"Bearer {TOKEN}"}
 
     # The right token over TLS: every span arrives, by gRPC and by HTTP.
-    grpc_tp = provider(GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=False,
-                                        credentials=creds, headers=auth))
-    http_tp = provider(HttpSpanExporter(endpoint=f"{sidecar.http_url}/v1/traces",
-                                        certificate_file=str(pki.ca), headers=auth))
+    grpc_tp = provider(
+        GrpcSpanExporter(
+            endpoint=sidecar.grpc_endpoint, insecure=False, credentials=creds, headers=auth
+        )
+    )
+    http_tp = provider(
+        HttpSpanExporter(
+            endpoint=f"{sidecar.http_url}/v1/traces", certificate_file=str(pki.ca), headers=auth
+        )
+    )
     ids: set[str] = set()
     for tp in (grpc_tp, http_tp):
         tracer = tp.get_tracer("tests.sidecar.exposure")
@@ -166,10 +241,15 @@ def test_tls_and_token_sdk_exporters_get_through_others_are_refused_and_counted(
     http_tp.shutdown()
 
     # A wrong or missing token: UNAUTHENTICATED / 401, nothing forwarded.
-    wrong_grpc = GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=False,
-                                  credentials=creds, headers={"authorization": "Bearer nope"})
-    wrong_http = HttpSpanExporter(endpoint=f"{sidecar.http_url}/v1/traces",
-                                  certificate_file=str(pki.ca))
+    wrong_grpc = GrpcSpanExporter(
+        endpoint=sidecar.grpc_endpoint,
+        insecure=False,
+        credentials=creds,
+        headers={"authorization": "Bearer nope"},
+    )
+    wrong_http = HttpSpanExporter(
+        endpoint=f"{sidecar.http_url}/v1/traces", certificate_file=str(pki.ca)
+    )
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -184,12 +264,12 @@ def test_tls_and_token_sdk_exporters_get_through_others_are_refused_and_counted(
         exporter.shutdown()
     with grpc.secure_channel(sidecar.grpc_endpoint, creds) as channel:
         assert _raw_export(channel) == grpc.StatusCode.UNAUTHENTICATED
-        assert _raw_export(channel, (("authorization", f"Bearer {TOKEN}x"),)) == \
-            grpc.StatusCode.UNAUTHENTICATED
-        assert _raw_export(channel, (("authorization", TOKEN),)) == \
-            grpc.StatusCode.UNAUTHENTICATED
-        assert _raw_export(channel, (("authorization", f"Bearer {TOKEN}"),)) == \
-            grpc.StatusCode.OK
+        assert (
+            _raw_export(channel, (("authorization", f"Bearer {TOKEN}x"),))
+            == grpc.StatusCode.UNAUTHENTICATED
+        )
+        assert _raw_export(channel, (("authorization", TOKEN),)) == grpc.StatusCode.UNAUTHENTICATED
+        assert _raw_export(channel, (("authorization", f"Bearer {TOKEN}"),)) == grpc.StatusCode.OK
     context = sidecar.ssl_context()
     assert _http_post(sidecar.http_url, context) == 401
     assert _http_post(sidecar.http_url, context, {"Authorization": "Bearer nope"}) == 401
@@ -197,11 +277,14 @@ def test_tls_and_token_sdk_exporters_get_through_others_are_refused_and_counted(
 
     # Plaintext clients get nowhere.
     with grpc.insecure_channel(sidecar.grpc_endpoint) as channel:
-        assert _raw_export(channel, (("authorization", f"Bearer {TOKEN}"),)) == \
-            grpc.StatusCode.UNAVAILABLE
+        assert (
+            _raw_export(channel, (("authorization", f"Bearer {TOKEN}"),))
+            == grpc.StatusCode.UNAVAILABLE
+        )
     with pytest.raises((urllib.error.URLError, OSError)):
-        _http_post(f"http://127.0.0.1:{sidecar.http_port}", None,
-                   {"Authorization": f"Bearer {TOKEN}"})
+        _http_post(
+            f"http://127.0.0.1:{sidecar.http_port}", None, {"Authorization": f"Bearer {TOKEN}"}
+        )
     # ...nor does a client that does not trust the sidecar's CA.
     untrusting = ssl.create_default_context(cafile=str(pki.other_ca))
     with pytest.raises(urllib.error.URLError):
@@ -215,29 +298,40 @@ def test_tls_and_token_sdk_exporters_get_through_others_are_refused_and_counted(
     assert sidecar.terminate() == 0
 
 
-def test_mtls_receivers_and_mtls_forwarding(
-    tmp_path: Path, pki: Pki, token_file: Path
-) -> None:
+def test_mtls_receivers_and_mtls_forwarding(tmp_path: Path, pki: Pki, token_file: Path) -> None:
     server_creds = grpc.ssl_server_credentials(
         [(pki.server_key.read_bytes(), pki.server_cert.read_bytes())],
-        root_certificates=pki.ca.read_bytes(), require_client_auth=True)
+        root_certificates=pki.ca.read_bytes(),
+        require_client_auth=True,
+    )
     downstream = Downstream(credentials=server_creds).start()
     sidecar = Sidecar(tmp_path, f"localhost:{downstream.port}")
     sidecar.ca_file = pki.ca
     sidecar.client_cert = (pki.client_cert, pki.client_key)
-    sidecar.extra_args = ["--tls-cert-file", str(pki.server_cert),
-                          "--tls-key-file", str(pki.server_key),
-                          "--tls-client-ca-file", str(pki.ca),
-                          "--forward-ca-file", str(pki.ca),
-                          "--forward-cert-file", str(pki.client_cert),
-                          "--forward-key-file", str(pki.client_key)]
+    sidecar.extra_args = [
+        "--tls-cert-file",
+        str(pki.server_cert),
+        "--tls-key-file",
+        str(pki.server_key),
+        "--tls-client-ca-file",
+        str(pki.ca),
+        "--forward-ca-file",
+        str(pki.ca),
+        "--forward-cert-file",
+        str(pki.client_cert),
+        "--forward-key-file",
+        str(pki.client_key),
+    ]
     try:
         sidecar.start()
         with_cert = grpc.ssl_channel_credentials(
-            root_certificates=pki.ca.read_bytes(), private_key=pki.client_key.read_bytes(),
-            certificate_chain=pki.client_cert.read_bytes())
-        tp = provider(GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=False,
-                                       credentials=with_cert))
+            root_certificates=pki.ca.read_bytes(),
+            private_key=pki.client_key.read_bytes(),
+            certificate_chain=pki.client_cert.read_bytes(),
+        )
+        tp = provider(
+            GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=False, credentials=with_cert)
+        )
         ids = set(agent_run(tp.get_tracer("tests.sidecar.mtls"))[1])
         assert tp.force_flush()
         # Forwarded over mTLS to a downstream that requires our client certificate.
@@ -256,9 +350,7 @@ def test_mtls_receivers_and_mtls_forwarding(
         downstream.stop()
 
 
-def test_binding_beyond_loopback_without_tls_or_token_warns_once(
-    sidecar: Sidecar
-) -> None:
+def test_binding_beyond_loopback_without_tls_or_token_warns_once(sidecar: Sidecar) -> None:
     sidecar.grpc_port, sidecar.http_port = free_port(), free_port()
     sidecar.extra_args = ["--grpc-endpoint", f"0.0.0.0:{sidecar.grpc_port}"]
     sidecar.start()
@@ -287,28 +379,50 @@ def test_tls_and_token_config_is_checked_whole(tmp_path: Path, pki: Pki) -> None
     empty = tmp_path / "empty-token"
     empty.write_text("\n")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "forward": {"endpoint": "collector:4317", "tls": {"cert_file": str(pki.client_cert)}},
-        "receivers": {"tls": {"key_file": str(pki.server_key),
-                              "client_ca_file": str(tmp_path / "missing.pem")},
-                      "auth_token_file": str(empty)},
-        "content": {"mode": "redact", "max_chars": 3},
-    }))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "forward": {
+                    "endpoint": "collector:4317",
+                    "tls": {"cert_file": str(pki.client_cert)},
+                },
+                "receivers": {
+                    "tls": {
+                        "key_file": str(pki.server_key),
+                        "client_ca_file": str(tmp_path / "missing.pem"),
+                    },
+                    "auth_token_file": str(empty),
+                },
+                "content": {"mode": "redact", "max_chars": 3},
+            }
+        )
+    )
     with pytest.raises(PolicyError) as e:
         load_service_config(cfg, environ={})
     text = str(e.value)
-    for expected in ("receivers.tls: cert_file and key_file go together",
-                     "receivers.tls.client_ca_file", "missing.pem",
-                     "receivers.auth_token_file", "printable ASCII",
-                     "forward.tls: cert_file and key_file go together",
-                     "content.mode", "content.max_chars"):
+    for expected in (
+        "receivers.tls: cert_file and key_file go together",
+        "receivers.tls.client_ca_file",
+        "missing.pem",
+        "receivers.auth_token_file",
+        "printable ASCII",
+        "forward.tls: cert_file and key_file go together",
+        "content.mode",
+        "content.max_chars",
+    ):
         assert expected in text, text
-    good = load_service_config(None, {
-        "forward_endpoint": "collector:4317", "tls_cert_file": str(pki.server_cert),
-        "tls_key_file": str(pki.server_key), "content": "drop"}, environ={})
+    good = load_service_config(
+        None,
+        {
+            "forward_endpoint": "collector:4317",
+            "tls_cert_file": str(pki.server_cert),
+            "tls_key_file": str(pki.server_key),
+            "content": "drop",
+        },
+        environ={},
+    )
     assert good.receivers.tls_cert_file == pki.server_cert
     assert good.content.mode == "drop" and good.content.max_chars == 256
-
 
 
 # --- the grade telemetry: TLS and whose headers (issue 16, item 1) ---------------------------
@@ -320,10 +434,15 @@ def _emit_one_grade(config: Any) -> None:
     from attest_otel.model import Run, Step, ToolCall
     from attest_otel.sidecar.service import telemetry_target
 
-    run = Run(steps=[Step(tool_call=ToolCall(name="pay", output="Error: declined"))],
-              agent="billing", trace_id="ab" * 16, span_id="cd" * 8)
-    telemetry = build_telemetry(spans=False, logs=True, metrics=True, prometheus=None,
-                                **telemetry_target(config))
+    run = Run(
+        steps=[Step(tool_call=ToolCall(name="pay", output="Error: declined"))],
+        agent="billing",
+        trace_id="ab" * 16,
+        span_id="cd" * 8,
+    )
+    telemetry = build_telemetry(
+        spans=False, logs=True, metrics=True, prometheus=None, **telemetry_target(config)
+    )
     telemetry.emit_grade(run, grade(run, judge=None), grade_span=False)
     report = telemetry.shutdown(timeout_s=10)
     assert not any(s.failed for s in report.signals), report
@@ -334,41 +453,50 @@ def test_grade_telemetry_to_the_forward_host_uses_its_tls_and_headers_and_no_oth
 ) -> None:
     server_creds = grpc.ssl_server_credentials(
         [(pki.server_key.read_bytes(), pki.server_cert.read_bytes())],
-        root_certificates=pki.ca.read_bytes(), require_client_auth=True)
+        root_certificates=pki.ca.read_bytes(),
+        require_client_auth=True,
+    )
     forward_host = Downstream(credentials=server_creds).start()  # mTLS only
     other_host = Downstream().start()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=forward-secret")
     try:
-        tls_flags = {"forward_ca_file": str(pki.ca), "forward_cert_file": str(pki.client_cert),
-                     "forward_key_file": str(pki.client_key)}
+        tls_flags = {
+            "forward_ca_file": str(pki.ca),
+            "forward_cert_file": str(pki.client_cert),
+            "forward_key_file": str(pki.client_key),
+        }
         # 1. No telemetry endpoint: log events and metrics go to the forward host, over
         # mTLS (the host refuses anything else), with the forward headers.
         config = load_service_config(
-            None, {"forward_endpoint": f"localhost:{forward_host.port}", **tls_flags})
+            None, {"forward_endpoint": f"localhost:{forward_host.port}", **tls_flags}
+        )
         assert config.forward.headers == {"x-api-key": "forward-secret"}
         _emit_one_grade(config)
-        assert forward_host.wait_for(lambda d: bool(d.requests["logs"])
-                                     and bool(d.requests["metrics"]))
+        assert forward_host.wait_for(
+            lambda d: bool(d.requests["logs"]) and bool(d.requests["metrics"])
+        )
         for signal in ("logs", "metrics"):
-            assert {m.get("x-api-key") for m in forward_host.metadata[signal]} == \
-                {"forward-secret"}
+            assert {m.get("x-api-key") for m in forward_host.metadata[signal]} == {"forward-secret"}
         # 2. Another telemetry host: never the forward credentials, in cleartext as asked.
         import os
 
         os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = "x-api-key=forward-secret"
-        config = load_service_config(None, {"forward_endpoint":
-                                            f"localhost:{forward_host.port}", **tls_flags})
+        config = load_service_config(
+            None, {"forward_endpoint": f"localhost:{forward_host.port}", **tls_flags}
+        )
         config = _with_telemetry(config, endpoint=f"127.0.0.1:{other_host.port}")
         _emit_one_grade(config)
-        assert other_host.wait_for(lambda d: bool(d.requests["logs"])
-                                   and bool(d.requests["metrics"]))
+        assert other_host.wait_for(
+            lambda d: bool(d.requests["logs"]) and bool(d.requests["metrics"])
+        )
         seen = other_host.metadata["logs"] + other_host.metadata["metrics"]
         assert all("x-api-key" not in m for m in seen), seen
         # 3. ...and its own headers when telemetry.headers says so.
         other_host.requests["logs"].clear()
         other_host.metadata["logs"].clear()
-        config = _with_telemetry(config, endpoint=f"127.0.0.1:{other_host.port}",
-                                 headers={"x-telemetry-key": "t1"})
+        config = _with_telemetry(
+            config, endpoint=f"127.0.0.1:{other_host.port}", headers={"x-telemetry-key": "t1"}
+        )
         _emit_one_grade(config)
         assert other_host.wait_for(lambda d: bool(d.requests["logs"]))
         assert [m.get("x-telemetry-key") for m in other_host.metadata["logs"]] == ["t1"]
@@ -381,8 +509,7 @@ def test_grade_telemetry_to_the_forward_host_uses_its_tls_and_headers_and_no_oth
 def _with_telemetry(config: Any, **changes: Any) -> Any:
     import dataclasses
 
-    return dataclasses.replace(config, telemetry=dataclasses.replace(config.telemetry,
-                                                                     **changes))
+    return dataclasses.replace(config, telemetry=dataclasses.replace(config.telemetry, **changes))
 
 
 # --- the Grader API's own token; refused requests never go downstream (item 3) ---------------
@@ -401,15 +528,17 @@ def test_the_grader_api_takes_its_own_token_and_refused_spans_never_reach_downst
     ingest = (("authorization", f"Bearer {TOKEN}"),)
     reader = (("authorization", "Bearer read-only-Token_987"),)
     # A refused export first, with a span id of its own...
-    refused = GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True,
-                               headers={"authorization": "Bearer wrong"})
+    refused = GrpcSpanExporter(
+        endpoint=sidecar.grpc_endpoint, insecure=True, headers={"authorization": "Bearer wrong"}
+    )
     refused_tp = provider(refused)
     _, refused_ids = agent_run(refused_tp.get_tracer("refused"))
     refused_tp.force_flush()
     refused_tp.shutdown()
     # ...then an accepted one: once it is downstream, the refused one would have been too.
-    tp = provider(GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True,
-                                   headers=dict(ingest)))
+    tp = provider(
+        GrpcSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True, headers=dict(ingest))
+    )
     tid, ids = agent_run(tp.get_tracer("accepted"))
     tp.force_flush()
     tp.shutdown()
@@ -424,8 +553,9 @@ def test_the_grader_api_takes_its_own_token_and_refused_spans_never_reach_downst
                 stub.GradeRun(run, timeout=10, metadata=metadata)
             assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, metadata
             with pytest.raises(grpc.RpcError) as e:
-                stub.GradeTrace(grader_pb2.GradeTraceRequest(trace_id=tid), timeout=10,
-                                metadata=metadata)
+                stub.GradeTrace(
+                    grader_pb2.GradeTraceRequest(trace_id=tid), timeout=10, metadata=metadata
+                )
             assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, metadata
         assert stub.GradeRun(run, timeout=10, metadata=reader).check == "tool_use"
         # The read token sends no spans.
@@ -443,8 +573,10 @@ def test_with_only_an_ingest_token_the_grader_api_is_closed(
     with grpc.insecure_channel(sidecar.grpc_endpoint) as channel:
         with pytest.raises(grpc.RpcError) as e:
             grader_pb2_grpc.GraderStub(channel).GradeRun(
-                result_pb2.Run(task="t"), timeout=10,
-                metadata=(("authorization", f"Bearer {TOKEN}"),))
+                result_pb2.Run(task="t"),
+                timeout=10,
+                metadata=(("authorization", f"Bearer {TOKEN}"),),
+            )
         assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert sidecar.terminate() == 0
 

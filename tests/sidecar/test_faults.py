@@ -40,17 +40,24 @@ def plain_pb(seed: int, n: int = 5, pad: int = 0) -> bytes:
     rng = random.Random(seed)
     rs = ResourceSpans()
     rs.resource.attributes.append(
-        KeyValue(key="service.name", value=AnyValue(string_value="orders")))
+        KeyValue(key="service.name", value=AnyValue(string_value="orders"))
+    )
     ss = rs.scope_spans.add()
     ss.scope.name = "opentelemetry.instrumentation.flask"
     trace_id = rng.randbytes(16)
     for i in range(n):
-        span = Span(trace_id=trace_id, span_id=rng.randbytes(8), name=f"GET /orders/{i}",
-                    kind=Span.SPAN_KIND_SERVER, start_time_unix_nano=1_700_000_000_000_000_000,
-                    end_time_unix_nano=1_700_000_000_100_000_000)
+        span = Span(
+            trace_id=trace_id,
+            span_id=rng.randbytes(8),
+            name=f"GET /orders/{i}",
+            kind=Span.SPAN_KIND_SERVER,
+            start_time_unix_nano=1_700_000_000_000_000_000,
+            end_time_unix_nano=1_700_000_000_100_000_000,
+        )
         if pad:
-            span.attributes.append(KeyValue(key="http.request.body",
-                                            value=AnyValue(string_value="x" * pad)))
+            span.attributes.append(
+                KeyValue(key="http.request.body", value=AnyValue(string_value="x" * pad))
+            )
         ss.spans.append(span)
     data: bytes = ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
     return data
@@ -58,8 +65,7 @@ def plain_pb(seed: int, n: int = 5, pad: int = 0) -> bytes:
 
 def span_ids(data: bytes) -> set[str]:
     req = ExportTraceServiceRequest.FromString(data)
-    return {s.span_id.hex() for rs in req.resource_spans for ss in rs.scope_spans
-            for s in ss.spans}
+    return {s.span_id.hex() for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans}
 
 
 def segment_files(directory: Path) -> list[Path]:
@@ -197,8 +203,11 @@ def test_enospc_mid_write_is_refused_cut_off_and_leaves_no_corruption(
 def _mount_tmpfs(path: Path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                              capture_output=True, timeout=10)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            capture_output=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -208,7 +217,9 @@ def _mount_tmpfs(path: Path, size: str) -> bool:
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     where = tmp_path / "tiny"
     if not _mount_tmpfs(where, "1m"):
-        pytest.fail("cannot mount a 1 MiB tmpfs (CI and sessions here run as root, so this should work)")
+        pytest.fail(
+            "cannot mount a 1 MiB tmpfs (CI and sessions here run as root, so this should work)"
+        )
     try:
         yield where
     finally:
@@ -216,8 +227,9 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def _post(url: str, body: bytes) -> int:
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": "application/x-protobuf"})
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/x-protobuf"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as r:
             status: int = r.status
@@ -250,8 +262,11 @@ def test_a_full_disk_under_buffer_dir_means_retry_later_then_nothing_lost(
     assert "buffer-dir" in (refused.details() or "")
     assert _post(f"{sidecar.http_url}/v1/traces", plain_pb(7777, n=4, pad=4000)) == 503
     log = sidecar.log()
-    errors = [line for line in log.splitlines()
-              if "level=error" in line and "cannot persist a request" in line]
+    errors = [
+        line
+        for line in log.splitlines()
+        if "level=error" in line and "cannot persist a request" in line
+    ]
     assert len(errors) == 1 and "No space left on device" in errors[0], log
     assert "Traceback" not in log
 
@@ -316,4 +331,3 @@ def test_a_downstream_that_flaps_during_a_send_loses_nothing(
     assert collections.Counter(downstream.span_ids()).most_common(1)[0][1] == 1
     tp.shutdown()
     assert sidecar.terminate() == 0
-

@@ -37,8 +37,9 @@ EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 def _span_ids(body: bytes) -> set[str]:
     req = ExportTraceServiceRequest.FromString(body)
-    return {sp.span_id.hex() for rs in req.resource_spans for ss in rs.scope_spans
-            for sp in ss.spans}
+    return {
+        sp.span_id.hex() for rs in req.resource_spans for ss in rs.scope_spans for sp in ss.spans
+    }
 
 
 def _by_trace(body: bytes) -> dict[str, bytes]:
@@ -78,8 +79,9 @@ class Router:
         while True:
             try:
                 with grpc.insecure_channel(target.grpc_endpoint) as channel:
-                    export = channel.unary_unary(EXPORT, request_serializer=None,
-                                                 response_deserializer=None)
+                    export = channel.unary_unary(
+                        EXPORT, request_serializer=None, response_deserializer=None
+                    )
                     export(body, timeout=5)
                 return
             except grpc.RpcError:
@@ -103,15 +105,19 @@ def _expected(fixtures: list[Path], policy: Path) -> Runs:
         for trace in read_file(path, reading):
             for run in trace.runs:
                 result = grade(run, judge=None)
-                out[(run.trace_id or "", run.span_id or "")] = (run.agent, result.verdict,
-                                                                 result.passed)
+                out[(run.trace_id or "", run.span_id or "")] = (
+                    run.agent,
+                    result.verdict,
+                    result.passed,
+                )
     return out
 
 
 def _stored(url: str) -> Runs:
     with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT trace_id, span_id, agent, verdict, passed FROM grades"
-                            ).fetchall()
+        rows = conn.execute(
+            "SELECT trace_id, span_id, agent, verdict, passed FROM grades"
+        ).fetchall()
     return {(t, s): (a, v, p) for t, s, a, v, p in rows}
 
 
@@ -136,13 +142,21 @@ def _fleet(tmp: Path, url: str, downstream: Downstream, policy: Path, n: int) ->
     for i in range(n):
         home = tmp / f"sidecar{i}"
         home.mkdir()
-        sidecars.append(Sidecar(
-            home, downstream.endpoint,
-            config={"store": {"url": f"postgresql://{USER}:${{env:FLEET_PG_PASSWORD}}"
-                                     f"@127.0.0.1:{port}/{db}"},
-                    "buffer": {"grace_s": 0.2}},
-            extra_args=["--policy", str(policy), "--buffer-dir", str(home / "buffer")],
-            env={"FLEET_PG_PASSWORD": PASSWORD}))
+        sidecars.append(
+            Sidecar(
+                home,
+                downstream.endpoint,
+                config={
+                    "store": {
+                        "url": f"postgresql://{USER}:${{env:FLEET_PG_PASSWORD}}"
+                        f"@127.0.0.1:{port}/{db}"
+                    },
+                    "buffer": {"grace_s": 0.2},
+                },
+                extra_args=["--policy", str(policy), "--buffer-dir", str(home / "buffer")],
+                env={"FLEET_PG_PASSWORD": PASSWORD},
+            )
+        )
     threads = [threading.Thread(target=s.start) for s in sidecars]
     for t in threads:
         t.start()
@@ -152,8 +166,9 @@ def _fleet(tmp: Path, url: str, downstream: Downstream, policy: Path, n: int) ->
 
 
 def _report(url: str) -> dict[str, Any]:
-    result = CliRunner().invoke(main, ["report", "--json", "--since", "1h", "--limit", "50",
-                                       "--from", f"store:{url}"])
+    result = CliRunner().invoke(
+        main, ["report", "--json", "--since", "1h", "--limit", "50", "--from", f"store:{url}"]
+    )
     assert result.exit_code == 0, result.output
     report: dict[str, Any] = json.loads(result.stdout)
     return report
@@ -161,7 +176,8 @@ def _report(url: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(120)
 def test_three_sidecars_one_killed_midway_every_run_graded_once(
-        tmp_path: Path, downstream: Downstream, postgres: Postgres) -> None:
+    tmp_path: Path, downstream: Downstream, postgres: Postgres
+) -> None:
     url = postgres.database()
     policy = _policy(tmp_path)
     fixtures = _fixtures(tmp_path)[::5]
@@ -170,8 +186,12 @@ def test_three_sidecars_one_killed_midway_every_run_graded_once(
     sidecars = _fleet(tmp_path, url, downstream, policy, 3)
     router = Router(sidecars)
     try:
-        parts = [(tid, body) for path in fixtures for request in _fixture_requests(path)
-                 for tid, body in _by_trace(request).items()]
+        parts = [
+            (tid, body)
+            for path in fixtures
+            for request in _fixture_requests(path)
+            for tid, body in _by_trace(request).items()
+        ]
         half = len(parts) // 2
         for tid, body in parts[:half]:
             router.send(tid, body)
@@ -202,7 +222,8 @@ def test_three_sidecars_one_killed_midway_every_run_graded_once(
 
 @pytest.mark.timeout(120)
 def test_a_trace_split_between_two_sidecars_is_graded_from_the_union(
-        tmp_path: Path, downstream: Downstream, postgres: Postgres) -> None:
+    tmp_path: Path, downstream: Downstream, postgres: Postgres
+) -> None:
     url = postgres.database()
     policy = _policy(tmp_path)
     path = next(p for p in _fixtures(tmp_path) if p.name == "adk__multi_agent.json")
@@ -212,8 +233,12 @@ def test_a_trace_split_between_two_sidecars_is_graded_from_the_union(
         request = ExportTraceServiceRequest()
         for body in _fixture_requests(path):
             request.MergeFromString(body)
-        spans = [(rs, ss, sp) for rs in request.resource_spans for ss in rs.scope_spans
-                 for sp in ss.spans]
+        spans = [
+            (rs, ss, sp)
+            for rs in request.resource_spans
+            for ss in rs.scope_spans
+            for sp in ss.spans
+        ]
         halves = [ExportTraceServiceRequest(), ExportTraceServiceRequest()]
         for i, (rs, ss, sp) in enumerate(spans):  # the routing changed mid-trace
             out = halves[i % 2].resource_spans.add()
@@ -223,23 +248,25 @@ def test_a_trace_split_between_two_sidecars_is_graded_from_the_union(
             scope.spans.add().CopyFrom(sp)
         router = Router(sidecars)
         tid = spans[0][2].trace_id.hex()
-        threads = [threading.Thread(target=router.send,
-                                    args=(tid, h.SerializeToString(), i))
-                   for i, h in enumerate(halves)]
+        threads = [
+            threading.Thread(target=router.send, args=(tid, h.SerializeToString(), i))
+            for i, h in enumerate(halves)
+        ]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+
         def parts() -> Any:
             with psycopg.connect(url) as conn:
-                return conn.execute("SELECT count(*), sum(span_count) FROM trace_parts"
-                                    ).fetchone()
+                return conn.execute("SELECT count(*), sum(span_count) FROM trace_parts").fetchone()
 
         # The half without an agent span is held until the idle timeout, then graded and
         # stored; its write finds the other half stored and the trace is graded again whole.
         deadline = time.monotonic() + 30
-        while (parts() != (2, len(spans)) or _stored(url) != expected) \
-                and time.monotonic() < deadline:
+        while (
+            parts() != (2, len(spans)) or _stored(url) != expected
+        ) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert parts() == (2, len(spans))
         assert _stored(url) == expected, "\n".join(s.log() for s in sidecars)
@@ -261,7 +288,8 @@ def _ready(sidecar: Sidecar) -> int:
 
 @pytest.mark.timeout(120)
 def test_the_database_stopped_and_restarted_under_load_loses_nothing(
-        tmp_path: Path, downstream: Downstream, postgres: Postgres) -> None:
+    tmp_path: Path, downstream: Downstream, postgres: Postgres
+) -> None:
     url = postgres.database()
     policy = _policy(tmp_path)
     fixtures = _fixtures(tmp_path)[1::6]
@@ -269,20 +297,24 @@ def test_the_database_stopped_and_restarted_under_load_loses_nothing(
     (sidecar,) = _fleet(tmp_path, url, downstream, policy, 1)
     router = Router([sidecar])
     try:
-        parts = [(tid, body) for path in fixtures for request in _fixture_requests(path)
-                 for tid, body in _by_trace(request).items()]
+        parts = [
+            (tid, body)
+            for path in fixtures
+            for request in _fixture_requests(path)
+            for tid, body in _by_trace(request).items()
+        ]
         third = len(parts) // 3
         for tid, body in parts[:third]:
             router.send(tid, body)
         postgres.stop()
         try:
-            for tid, body in parts[third:2 * third]:
+            for tid, body in parts[third : 2 * third]:
                 router.send(tid, body)
             time.sleep(3.0)  # graded while the database is away: they wait in the queue
             assert _ready(sidecar) == 200  # the queue has room: still ready
         finally:
             postgres.start()
-        for tid, body in parts[2 * third:]:
+        for tid, body in parts[2 * third :]:
             router.send(tid, body)
         _wait_for(url, len(expected), 60, sidecar.log)
         assert _stored(url) == expected
@@ -293,7 +325,8 @@ def test_the_database_stopped_and_restarted_under_load_loses_nothing(
 
 @pytest.mark.timeout(120)
 def test_a_sidecar_started_while_the_database_is_away_forwards_and_stores_later(
-        tmp_path: Path, downstream: Downstream, postgres: Postgres) -> None:
+    tmp_path: Path, downstream: Downstream, postgres: Postgres
+) -> None:
     """A rollout or a failover must not crash-loop the sidecars, nor cost telemetry: the
     sidecar starts, forwards, queues its grades, and writes them (schema first) once the
     database is back."""

@@ -33,16 +33,18 @@ class ScriptedSender:
 
 
 def _forwarder(sender: ScriptedSender, done: list[tuple[int, ...]], **kw: object) -> Forwarder:
-    settings = ForwardConfig(endpoint="unused:1", workers=1, initial_backoff_s=0.05,
-                               max_backoff_s=0.2, **kw)  # type: ignore[arg-type]
+    settings = ForwardConfig(
+        endpoint="unused:1", workers=1, initial_backoff_s=0.05, max_backoff_s=0.2, **kw
+    )  # type: ignore[arg-type]
     fwd = Forwarder(settings, on_done=done.append, sender_factory=lambda s: sender)
     fwd.start()
     return fwd
 
 
 def test_retryable_failures_are_retried_with_the_servers_delay() -> None:
-    sender = ScriptedSender([SendResult(False, retryable=True, retry_after_s=0.3),
-                             SendResult(False, retryable=True)])
+    sender = ScriptedSender(
+        [SendResult(False, retryable=True, retry_after_s=0.3), SendResult(False, retryable=True)]
+    )
     done: list[tuple[int, ...]] = []
     fwd = _forwarder(sender, done)
     fwd.offer(ForwardItem(b"\x0a\x00", 1, (7,)))

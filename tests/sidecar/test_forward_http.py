@@ -39,9 +39,13 @@ class _Downstream(ThreadingHTTPServer):
     def span_ids(self) -> list[bytes]:
         with self.lock:
             bodies = list(self.bodies)
-        return [s.span_id for b in bodies
-                for rs in ExportTraceServiceRequest.FromString(b).resource_spans
-                for ss in rs.scope_spans for s in ss.spans]
+        return [
+            s.span_id
+            for b in bodies
+            for rs in ExportTraceServiceRequest.FromString(b).resource_spans
+            for ss in rs.scope_spans
+            for s in ss.spans
+        ]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -90,9 +94,14 @@ def _request(n: int) -> bytes:
 
 
 def _forward(downstream: _Downstream, data: bytes, spans: int, **kw: Any) -> Forwarder:
-    settings = ForwardConfig(endpoint=f"127.0.0.1:{downstream.server_address[1]}",
-                             protocol="http/protobuf", workers=1, initial_backoff_s=0.05,
-                             max_backoff_s=0.2, **kw)
+    settings = ForwardConfig(
+        endpoint=f"127.0.0.1:{downstream.server_address[1]}",
+        protocol="http/protobuf",
+        workers=1,
+        initial_backoff_s=0.05,
+        max_backoff_s=0.2,
+        **kw,
+    )
     done: list[tuple[int, ...]] = []
     fwd = Forwarder(settings, on_done=done.append)
     fwd.start()

@@ -46,24 +46,25 @@ def counts() -> _Counts:
 
 
 def _receiver(counts: _Counts, **options: float) -> HttpReceiver:
-    receiver = HttpReceiver("127.0.0.1:0", counts.accept, on_rejection=counts.reject,
-                            **options)  # type: ignore[arg-type]
+    receiver = HttpReceiver("127.0.0.1:0", counts.accept, on_rejection=counts.reject, **options)  # type: ignore[arg-type]
     receiver.start()
     return receiver
 
 
 @pytest.fixture
 def receiver(counts: _Counts) -> Iterator[HttpReceiver]:
-    made = _receiver(counts, workers=8, max_connections=64, header_timeout_s=0.5,
-                     body_timeout_s=0.5)
+    made = _receiver(
+        counts, workers=8, max_connections=64, header_timeout_s=0.5, body_timeout_s=0.5
+    )
     try:
         yield made
     finally:
         made.stop()
 
 
-def _post(port: int, body: bytes, ctype: str = "application/x-protobuf",
-          encoding: str | None = None) -> tuple[int, bytes]:
+def _post(
+    port: int, body: bytes, ctype: str = "application/x-protobuf", encoding: str | None = None
+) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Content-Type": ctype}
     if encoding:
@@ -108,8 +109,10 @@ def test_a_body_that_stops_coming_is_cut_at_the_body_timeout(
     receiver: HttpReceiver, counts: _Counts
 ) -> None:
     s = socket.create_connection(("127.0.0.1", receiver.port), timeout=5)
-    s.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-              b"Content-Length: 1000\r\n\r\n" + b"\x0a" * 10)
+    s.sendall(
+        b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        b"Content-Length: 1000\r\n\r\n" + b"\x0a" * 10
+    )
     started = time.monotonic()
     s.settimeout(5)
     assert s.recv(100) == b""  # closed by the receiver, not answered
@@ -119,8 +122,9 @@ def test_a_body_that_stops_coming_is_cut_at_the_body_timeout(
 
 
 def _members(payload: bytes, size: int) -> bytes:
-    return b"".join(gzip.compress(payload[i:i + size], mtime=0)
-                    for i in range(0, len(payload), size))
+    return b"".join(
+        gzip.compress(payload[i : i + size], mtime=0) for i in range(0, len(payload), size)
+    )
 
 
 def test_a_many_member_gzip_body_costs_about_what_one_member_does(
@@ -166,9 +170,12 @@ def test_decodes_wait_for_the_semaphore_then_get_503(counts: _Counts) -> None:
     try:
         assert receiver.decodes.acquire()  # another request is decoding
         conn = http.client.HTTPConnection("127.0.0.1", receiver.port, timeout=10)
-        conn.request("POST", "/v1/traces", body=gzip.compress(b""),
-                     headers={"Content-Type": "application/x-protobuf",
-                              "Content-Encoding": "gzip"})
+        conn.request(
+            "POST",
+            "/v1/traces",
+            body=gzip.compress(b""),
+            headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
+        )
         response = conn.getresponse()
         assert response.status == 503 and response.getheader("Retry-After") == "1"
         response.read()

@@ -115,8 +115,12 @@ class _Clock:
 
 def _buffer(released: list[tuple[bytes, str]], clock: _Clock, **limits: float) -> TraceBuffer:
     config = BufferConfig(grace_s=1.0, idle_timeout_s=10.0, **limits)  # type: ignore[arg-type]
-    return TraceBuffer(config, probe=lambda *a: set(), clock=clock,
-                       release=lambda ts: released.extend((t.trace_id, t.reason) for t in ts))
+    return TraceBuffer(
+        config,
+        probe=lambda *a: set(),
+        clock=clock,
+        release=lambda ts: released.extend((t.trace_id, t.reason) for t in ts),
+    )
 
 
 def test_a_trace_fed_a_span_a_second_is_released_at_max_hold(tmp_path: Path) -> None:
@@ -150,8 +154,10 @@ def test_a_noisy_sender_pushes_out_its_own_traces_not_the_others(tmp_path: Path)
     # Globally-oldest-first would have released the three quiet traces first.
     assert not set(early) & set(quiet)
     assert len(early) == 33 and set(early) <= set(noisy)
-    assert service_name(split_request(_request(quiet[0], b"\x02" * 8, "quiet"))[0]
-                        .resource_fields) == "quiet"
+    assert (
+        service_name(split_request(_request(quiet[0], b"\x02" * 8, "quiet"))[0].resource_fields)
+        == "quiet"
+    )
 
 
 # --- metric labels ---------------------------------------------------------------------------
@@ -180,18 +186,31 @@ def test_header_names_and_values_are_checked_when_the_config_loads(tmp_path: Pat
     import yaml
 
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({"forward": {
-        "endpoint": "collector:4317",
-        "headers": {"x-tenant": "a\r\nx-evil: 1", "bad name": "v", "ok": "fine"}}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "forward": {
+                    "endpoint": "collector:4317",
+                    "headers": {"x-tenant": "a\r\nx-evil: 1", "bad name": "v", "ok": "fine"},
+                }
+            }
+        )
+    )
     with pytest.raises(PolicyError) as e:
         load_service_config(cfg, environ={})
     assert "forward.headers.x-tenant" in str(e.value) and "'\\r'" in str(e.value)
     assert "forward.headers.bad name" in str(e.value)
     with pytest.raises(PolicyError, match="OTEL_EXPORTER_OTLP_HEADERS"):
-        load_service_config(None, {"forward_endpoint": "c:4317"},
-                            environ={"OTEL_EXPORTER_OTLP_HEADERS": "api-key=a%0Ab"})
-    good = load_service_config(None, {"forward_endpoint": "c:4317"},
-                               environ={"OTEL_EXPORTER_OTLP_HEADERS": "api-key=a%20b"})
+        load_service_config(
+            None,
+            {"forward_endpoint": "c:4317"},
+            environ={"OTEL_EXPORTER_OTLP_HEADERS": "api-key=a%0Ab"},
+        )
+    good = load_service_config(
+        None,
+        {"forward_endpoint": "c:4317"},
+        environ={"OTEL_EXPORTER_OTLP_HEADERS": "api-key=a%20b"},
+    )
     assert good.forward.headers == {"api-key": "a b"}
     with pytest.raises(UsageError, match="--header X-Key"):
         parse_headers(["X-Key=a\nb"])
@@ -240,12 +259,28 @@ def test_the_content_policy_applies_to_what_the_store_keeps(tmp_path: Path, mode
     store = TraceStore(tmp_path / "s.db")
     writer = StoreWriter(store, content=ContentPolicy(mode, 32))  # type: ignore[arg-type]
     writer.start()
-    result = {"check": "tool_use", "passed": False, "verdict": "fail", "score": 0.0,
-              "summary": SECRET, "metadata": {},
-              "findings": [{"severity": "error", "verdict": "fail", "subject": "pay",
-                            "reason": SECRET, "evidence": SECRET, "step": 0, "metadata": {}}]}
-    writer.put("01" * 16, _traces_with_secret(), 1, [StoredGrade("01" * 16, "02" * 8, "a", 1,
-                                                                 result)])
+    result = {
+        "check": "tool_use",
+        "passed": False,
+        "verdict": "fail",
+        "score": 0.0,
+        "summary": SECRET,
+        "metadata": {},
+        "findings": [
+            {
+                "severity": "error",
+                "verdict": "fail",
+                "subject": "pay",
+                "reason": SECRET,
+                "evidence": SECRET,
+                "step": 0,
+                "metadata": {},
+            }
+        ],
+    }
+    writer.put(
+        "01" * 16, _traces_with_secret(), 1, [StoredGrade("01" * 16, "02" * 8, "a", 1, result)]
+    )
     writer.close()
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("s.db*"))
     assert SECRET[:40].encode() not in raw  # nor in the -wal file

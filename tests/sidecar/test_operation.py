@@ -129,15 +129,27 @@ def taken_port() -> Iterator[int]:
 def test_a_taken_port_is_one_line_and_exit_5_on_each_listener(
     tmp_path: Path, taken_port: int, which: str
 ) -> None:
-    ports = {"--grpc-endpoint": free_port(), "--http-endpoint": free_port(),
-             "--prometheus": free_port()}
+    ports = {
+        "--grpc-endpoint": free_port(),
+        "--http-endpoint": free_port(),
+        "--prometheus": free_port(),
+    }
     ports[which] = taken_port
-    args = [sys.executable, "-m", "attest_otel.cli", "serve", "--forward-endpoint",
-            f"127.0.0.1:{free_port()}", "--store", str(tmp_path / "s.db"),
-            *[x for flag, port in ports.items() for x in (flag, f"127.0.0.1:{port}")]]
+    args = [
+        sys.executable,
+        "-m",
+        "attest_otel.cli",
+        "serve",
+        "--forward-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "--store",
+        str(tmp_path / "s.db"),
+        *[x for flag, port in ports.items() for x in (flag, f"127.0.0.1:{port}")],
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC"))}
-    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run(
+        args, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 5, done.stderr
     errors = [x for x in done.stderr.splitlines() if x.startswith("attest-otel: error:")]
     assert len(errors) == 1 and f"127.0.0.1:{taken_port}" in errors[0]

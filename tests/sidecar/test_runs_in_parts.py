@@ -44,11 +44,17 @@ Runs = dict[str, tuple[str, float, dict[str, str]]]
 def split_at_nested_run(requests: list[bytes]) -> tuple[bytes, bytes, int]:
     """(the spans that ended by the end of the innermost agent span, the rest, how many are
     in the rest), as two requests with the same resources and scopes."""
-    spans = [s for data in requests
-             for s in decode_request(ExportTraceServiceRequest.FromString(data)).spans]
+    spans = [
+        s
+        for data in requests
+        for s in decode_request(ExportTraceServiceRequest.FromString(data)).spans
+    ]
     parent = {s.span_id: s.parent_id for s in spans}
-    agents = {s.span_id: s for s in spans
-              if s.attributes and (hit := detect(s)) is not None and hit[1] is Role.AGENT}
+    agents = {
+        s.span_id: s
+        for s in spans
+        if s.attributes and (hit := detect(s)) is not None and hit[1] is Role.AGENT
+    }
 
     def depth(span_id: str) -> int:
         n, node = 0, parent.get(span_id)
@@ -82,8 +88,11 @@ def _by_file(path: Path) -> Runs:
     for trace in json.loads(result.stdout)["traces"]:
         for run in trace["runs"]:
             res = run["result"]
-            calls = {f["metadata"]["span_id"]: f["verdict"] for f in res["findings"]
-                     if f["metadata"].get("span_id")}
+            calls = {
+                f["metadata"]["span_id"]: f["verdict"]
+                for f in res["findings"]
+                if f["metadata"].get("span_id")
+            }
             runs[run["span_id"]] = (res["verdict"], res["score"], calls)
     return runs
 
@@ -97,18 +106,25 @@ def written(spans: list[Any], want: Runs) -> Runs:
     for span_id, (_, _, calls) in want.items():
         grade = regrades.get(span_id)
         if grade is not None:
-            call_verdicts = {attr(e.attributes, semconv.ATTEST_SPAN_ID):
-                             attr(e.attributes, semconv.ATTEST_VERDICT)
-                             for e in grade.events if attr(e.attributes, semconv.ATTEST_SPAN_ID)}
-            out[span_id] = (attr(grade.attributes, semconv.ATTEST_TOOL_USE_VERDICT),
-                            attr(grade.attributes, semconv.ATTEST_TOOL_USE_SCORE),
-                            {sid: call_verdicts.get(sid) for sid in calls})
+            call_verdicts = {
+                attr(e.attributes, semconv.ATTEST_SPAN_ID): attr(
+                    e.attributes, semconv.ATTEST_VERDICT
+                )
+                for e in grade.events
+                if attr(e.attributes, semconv.ATTEST_SPAN_ID)
+            }
+            out[span_id] = (
+                attr(grade.attributes, semconv.ATTEST_TOOL_USE_VERDICT),
+                attr(grade.attributes, semconv.ATTEST_TOOL_USE_SCORE),
+                {sid: call_verdicts.get(sid) for sid in calls},
+            )
             continue
         agent = by_id[span_id]
-        out[span_id] = (attr(agent.attributes, semconv.ATTEST_TOOL_USE_VERDICT),
-                        attr(agent.attributes, semconv.ATTEST_TOOL_USE_SCORE),
-                        {sid: attr(by_id[sid].attributes, semconv.ATTEST_VERDICT)
-                         for sid in calls})
+        out[span_id] = (
+            attr(agent.attributes, semconv.ATTEST_TOOL_USE_VERDICT),
+            attr(agent.attributes, semconv.ATTEST_TOOL_USE_SCORE),
+            {sid: attr(by_id[sid].attributes, semconv.ATTEST_VERDICT) for sid in calls},
+        )
     return out
 
 
@@ -127,8 +143,11 @@ def test_multi_agent_traces_sent_in_parts_grade_as_from_a_file(
     for name in FRAMEWORKS:
         fixture = TRACES / f"{name}__multi_agent.json"
         parts[name] = split_at_nested_run(_fixture_requests(fixture))
-        lines = [line for line in fixture.read_text(encoding="utf-8").splitlines()
-                 if '"resourceSpans"' in line]
+        lines = [
+            line
+            for line in fixture.read_text(encoding="utf-8").splitlines()
+            if '"resourceSpans"' in line
+        ]
         copy = tmp_path / fixture.name
         copy.write_text("\n".join(lines) + "\n", encoding="utf-8")
         want[name] = _by_file(copy)
@@ -149,13 +168,18 @@ def test_multi_agent_traces_sent_in_parts_grade_as_from_a_file(
     for first, rest, _ in parts.values():
         for data in (first, rest):
             req = ExportTraceServiceRequest.FromString(data)
-            sent |= {s.span_id.hex() for rs in req.resource_spans for ss in rs.scope_spans
-                     for s in ss.spans}
+            sent |= {
+                s.span_id.hex()
+                for rs in req.resource_spans
+                for ss in rs.scope_spans
+                for s in ss.spans
+            }
     assert downstream.wait_spans(sent, timeout=30), sidecar.log()
     time.sleep(0.5)  # anything sent twice, or a grade span, would come now
     spans = downstream.spans()
-    counts = collections.Counter(s.span_id.hex() for s in spans
-                                 if s.name != semconv.GRADE_SPAN_NAME)
+    counts = collections.Counter(
+        s.span_id.hex() for s in spans if s.name != semconv.GRADE_SPAN_NAME
+    )
     assert {i for i, c in counts.items() if c != 1} == set()
     for name in FRAMEWORKS:
         assert written(spans, want[name]) == want[name], name
@@ -203,13 +227,21 @@ def test_a_late_span_is_graded_with_its_run_and_the_new_grade_replaces_the_old(
         time.sleep(0.1)
     assert stored is not None and [g.result["verdict"] for g in stored.grades] == ["pass"]
 
-    agent = otel.SpanContext(int(trace_id, 16), int(agent_id, 16), is_remote=True,
-                             trace_flags=otel.TraceFlags(otel.TraceFlags.SAMPLED))
+    agent = otel.SpanContext(
+        int(trace_id, 16),
+        int(agent_id, 16),
+        is_remote=True,
+        trace_flags=otel.TraceFlags(otel.TraceFlags.SAMPLED),
+    )
     with tracer.start_as_current_span(
-        "execute_tool charge_card", context=otel.set_span_in_context(NonRecordingSpan(agent)),
-        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "charge_card",
-                    "gen_ai.tool.call.id": "call_late",
-                    "gen_ai.tool.call.arguments": json.dumps({"invoice": 42})},
+        "execute_tool charge_card",
+        context=otel.set_span_in_context(NonRecordingSpan(agent)),
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "charge_card",
+            "gen_ai.tool.call.id": "call_late",
+            "gen_ai.tool.call.arguments": json.dumps({"invoice": 42}),
+        },
     ) as late:
         late.set_status(Status(StatusCode.ERROR, "charge_card failed: card declined"))
     late_id = format(late.get_span_context().span_id, "016x")

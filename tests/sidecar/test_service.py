@@ -30,12 +30,16 @@ def _config(tmp_path: Path, downstream: Downstream, **extra: Any) -> Any:
     }
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(tree))
-    return load_service_config(path, {
-        "forward_endpoint": downstream.endpoint,
-        # Port 0: the OS picks, the receivers read the port back (no pick-close-reuse race).
-        "grpc_endpoint": "127.0.0.1:0",
-        "http_endpoint": "localhost:0",
-    }, environ={})
+    return load_service_config(
+        path,
+        {
+            "forward_endpoint": downstream.endpoint,
+            # Port 0: the OS picks, the receivers read the port back (no pick-close-reuse race).
+            "grpc_endpoint": "127.0.0.1:0",
+            "http_endpoint": "localhost:0",
+        },
+        environ={},
+    )
 
 
 def _agent_request() -> tuple[bytes, str]:
@@ -49,8 +53,7 @@ def _agent_request() -> tuple[bytes, str]:
     memory = InMemorySpanExporter()
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(memory))
-    tid, _ = agent_run(tp.get_tracer("t"), tools=[("lookup_invoice", None)],
-                       answer="It is paid.")
+    tid, _ = agent_run(tp.get_tracer("t"), tools=[("lookup_invoice", None)], answer="It is paid.")
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     data: bytes = encode_spans(memory.get_finished_spans()).SerializeToString()
@@ -58,12 +61,14 @@ def _agent_request() -> tuple[bytes, str]:
 
 
 def _non_daemon_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate()
-                  if not t.daemon and t is not threading.main_thread())
+    return sorted(
+        t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()
+    )
 
 
-def test_shutdown_without_start_and_twice_is_harmless(tmp_path: Path,
-                                                      downstream: Downstream) -> None:
+def test_shutdown_without_start_and_twice_is_harmless(
+    tmp_path: Path, downstream: Downstream
+) -> None:
     service = build_service(_config(tmp_path, downstream))
     assert service.shutdown(1.0)
     assert service.shutdown(1.0)
@@ -127,13 +132,18 @@ class FakeJudge:
 
 def _failing_run(trace_id: str) -> Run:
     call = ToolCall(name="pay", output="Error: declined", is_error=True, span_id="01" * 8)
-    return Run(task="pay", steps=[Step(tool_call=call)], final_answer="Payment failed, sorry.",
-               trace_id=trace_id)
+    return Run(
+        task="pay",
+        steps=[Step(tool_call=call)],
+        final_answer="Payment failed, sorry.",
+        trace_id=trace_id,
+    )
 
 
 def test_sampling_is_by_trace_id_so_every_run_of_a_trace_is_treated_alike() -> None:
-    gate = ModelGate(FakeJudge(), sample_rate=0.5, calls_per_minute=10_000, max_concurrency=2,
-                     appropriate=False)
+    gate = ModelGate(
+        FakeJudge(), sample_rate=0.5, calls_per_minute=10_000, max_concurrency=2, appropriate=False
+    )
     import random
 
     rng = random.Random(5)
@@ -144,19 +154,23 @@ def test_sampling_is_by_trace_id_so_every_run_of_a_trace_is_treated_alike() -> N
     assert gate.sampled("0" * 32) and not gate.sampled("f" * 32)
 
 
-def test_runs_over_the_budget_are_graded_offline(tmp_path: Path,
-                                                 downstream: Downstream) -> None:
+def test_runs_over_the_budget_are_graded_offline(tmp_path: Path, downstream: Downstream) -> None:
     clock = [0.0]
     judge = FakeJudge()
-    gate = ModelGate(judge, sample_rate=1.0, calls_per_minute=2, max_concurrency=1,
-                     appropriate=False, clock=lambda: clock[0])
+    gate = ModelGate(
+        judge,
+        sample_rate=1.0,
+        calls_per_minute=2,
+        max_concurrency=1,
+        appropriate=False,
+        clock=lambda: clock[0],
+    )
     service = build_service(_config(tmp_path, downstream))
     service.gate = gate
     service._build_parts = lambda: None  # type: ignore[method-assign]
     from attest_otel.sidecar.grading import TraceGrader
 
-    grader = TraceGrader(policy=None, gate=gate, forwarder=service.forwarder,
-                         stats=service.stats)
+    grader = TraceGrader(policy=None, gate=gate, forwarder=service.forwarder, stats=service.stats)
     results = [grader.grade_run(_failing_run("a" * 32)) for _ in range(3)]
     assert [r.metadata["model"] for r in results] == ["fake-model", "fake-model", None]
     assert judge.asked == 2 and gate.over_budget == 1
@@ -194,7 +208,8 @@ def test_the_byte_probe_only_says_agent_where_the_adapters_see_one(path: Path) -
     for data in _fixture_requests(path):
         decoded = decode_request(ExportTraceServiceRequest.FromString(data))
         agents = {
-            bytes.fromhex(s.span_id) for s in decoded.spans
+            bytes.fromhex(s.span_id)
+            for s in decoded.spans
             if s.attributes and (hit := detect(s)) is not None and hit[1] is Role.AGENT
         }
         if AGENT_BYTES.search(data):
@@ -208,8 +223,9 @@ def test_a_trace_over_the_grading_size_cap_is_forwarded_ungraded(
 ) -> None:
     data, _tid = _agent_request()
     assert len(data) > 512
-    config = _config(tmp_path, downstream, grading={"processes": 0,
-                                                    "max_trace_size_mib": 0.5 / 1024})
+    config = _config(
+        tmp_path, downstream, grading={"processes": 0, "max_trace_size_mib": 0.5 / 1024}
+    )
     service = build_service(config)
     service.start()
     try:
@@ -217,7 +233,8 @@ def test_a_trace_over_the_grading_size_cap_is_forwarded_ungraded(
         assert downstream.wait_for(lambda d: bool(d.spans()))
         # Forwarded as it came: grading (about 40x a trace's bytes) never saw it.
         assert downstream.trace_requests() == [data] or all(
-            not s.events for s in downstream.spans())
+            not s.events for s in downstream.spans()
+        )
         assert service.stats.traces_graded["too_large"] == 1
         assert service.stats.runs_graded == 0
     finally:

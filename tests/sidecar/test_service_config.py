@@ -52,8 +52,12 @@ def test_the_full_file_loads_into_exactly_these_values() -> None:
 def test_flags_override_the_file_which_overrides_the_defaults() -> None:
     config = load_service_config(
         DATA / "valid_full.yaml",
-        {"forward_endpoint": "other:4317", "forward_protocol": "grpc", "buffer_dir": "/tmp/b",
-         "grpc_endpoint": "127.0.0.1:5317"},
+        {
+            "forward_endpoint": "other:4317",
+            "forward_protocol": "grpc",
+            "buffer_dir": "/tmp/b",
+            "grpc_endpoint": "127.0.0.1:5317",
+        },
         environ={},
     )
     assert (config.forward.endpoint, config.forward.protocol) == ("other:4317", "grpc")
@@ -63,10 +67,12 @@ def test_flags_override_the_file_which_overrides_the_defaults() -> None:
 
 
 def test_the_forward_endpoint_falls_back_to_the_otel_variables() -> None:
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://general:4317",
-           "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4318/v1/traces",
-           "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-           "OTEL_EXPORTER_OTLP_HEADERS": "api-key=s3cr%20t"}
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://general:4317",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4318/v1/traces",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_HEADERS": "api-key=s3cr%20t",
+    }
     config = load_service_config(None, {}, environ=env)
     assert config.forward.endpoint == "http://traces:4318/v1/traces"
     assert config.forward.protocol == "http/protobuf"
@@ -106,20 +112,33 @@ def _mutate(path: tuple[str, ...], value: Any) -> Callable[[dict[str, Any]], Non
         for key in path[:-1]:
             node = node.setdefault(key, {})
         node[path[-1]] = value
+
     return apply
 
 
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        pytest.param(_mutate(("forward", "endpoint"), "127.0.0.1:4317"), "own receiver",
-                     id="forwarding to our own gRPC port would loop"),
-        pytest.param(_mutate(("receivers", "http", "endpoint"), "127.0.0.1:4317"),
-                     "same address", id="the two receivers on one address"),
-        pytest.param(_mutate(("forward", "max_batch_size_kib"), 8192), "must not exceed",
-                     id="a batch larger than a request"),
-        pytest.param(_mutate(("telemetry", "prometheus"), "9464"), "not host:port",
-                     id="a Prometheus address without a host"),
+        pytest.param(
+            _mutate(("forward", "endpoint"), "127.0.0.1:4317"),
+            "own receiver",
+            id="forwarding to our own gRPC port would loop",
+        ),
+        pytest.param(
+            _mutate(("receivers", "http", "endpoint"), "127.0.0.1:4317"),
+            "same address",
+            id="the two receivers on one address",
+        ),
+        pytest.param(
+            _mutate(("forward", "max_batch_size_kib"), 8192),
+            "must not exceed",
+            id="a batch larger than a request",
+        ),
+        pytest.param(
+            _mutate(("telemetry", "prometheus"), "9464"),
+            "not host:port",
+            id="a Prometheus address without a host",
+        ),
     ],
 )
 def test_cross_field_problems(
@@ -154,9 +173,11 @@ def test_every_default_key_is_documented_in_the_collector_readme() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("127.0.0.1:4317", ("127.0.0.1", 4317)), ("http://collector:4318/v1/traces",
-                                                ("collector", 4318)),
-     ("[::1]:4317", ("::1", 4317))],
+    [
+        ("127.0.0.1:4317", ("127.0.0.1", 4317)),
+        ("http://collector:4318/v1/traces", ("collector", 4318)),
+        ("[::1]:4317", ("::1", 4317)),
+    ],
 )
 def test_host_port(text: str, expected: tuple[str, int]) -> None:
     assert parse_host_port(text) == expected
@@ -217,8 +238,7 @@ def test_the_forward_protocol_written_in_the_file_wins_over_the_otel_variable(
 ) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("forward: {endpoint: 'collector:4317', protocol: grpc, compression: none}\n")
-    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-           "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
+    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
     config = load_service_config(path, environ=env)
     assert (config.forward.protocol, config.forward.compression) == ("grpc", "none")
     unset = load_service_config(None, {"forward_endpoint": "collector:4317"}, environ=env)
@@ -280,8 +300,10 @@ def test_build_service_lists_every_problem_of_what_the_config_names_at_once(
     policy = tmp_path / "policy.yaml"
     policy.write_text("agents:\n  billing:\n    allowed_tool: [a]\n")
     path = tmp_path / "c.yaml"
-    path.write_text(f"forward: {{endpoint: 'collector:4317'}}\n"
-                    f"grading: {{policy: '{policy}', model: {{enabled: true}}}}\n")
+    path.write_text(
+        f"forward: {{endpoint: 'collector:4317'}}\n"
+        f"grading: {{policy: '{policy}', model: {{enabled: true}}}}\n"
+    )
     config = load_service_config(path, environ={})
     with pytest.raises(PolicyError) as err:
         build_service(config)
@@ -297,7 +319,8 @@ def test_a_policy_file_that_is_not_there_is_refused_by_the_factory(tmp_path: Pat
     from attest_otel.sidecar.service import build_service
 
     config = load_service_config(
-        None, {"forward_endpoint": "collector:4317", "policy": str(tmp_path / "nope.yaml")},
+        None,
+        {"forward_endpoint": "collector:4317", "policy": str(tmp_path / "nope.yaml")},
         environ={},
     )
     with pytest.raises(PolicyError, match=r"grading\.policy: .*nope\.yaml: no such file"):
@@ -306,8 +329,10 @@ def test_a_policy_file_that_is_not_there_is_refused_by_the_factory(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "policy_text",
-    [pytest.param(None, id="a policy path that is not there"),
-     pytest.param("agents: [unclosed\n", id="a policy that is not YAML")],
+    [
+        pytest.param(None, id="a policy path that is not there"),
+        pytest.param("agents: [unclosed\n", id="a policy that is not YAML"),
+    ],
 )
 def test_serve_with_a_bad_policy_exits_2_with_one_line_and_listens_on_nothing(
     tmp_path: Path, policy_text: str | None
@@ -328,12 +353,27 @@ def test_serve_with_a_bad_policy_exits_2_with_one_line_and_listens_on_nothing(
         held.bind(("127.0.0.1", grpc_port))
         held.listen()
         done = subprocess.run(
-            [sys.executable, "-m", "attest_otel.cli", "serve",
-             "--grpc-endpoint", f"127.0.0.1:{grpc_port}",
-             "--http-endpoint", f"127.0.0.1:{http_port}",
-             "--forward-endpoint", "127.0.0.1:1", "--store", str(tmp_path / "store.db"),
-             "--policy", str(policy)],
-            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+            [
+                sys.executable,
+                "-m",
+                "attest_otel.cli",
+                "serve",
+                "--grpc-endpoint",
+                f"127.0.0.1:{grpc_port}",
+                "--http-endpoint",
+                f"127.0.0.1:{http_port}",
+                "--forward-endpoint",
+                "127.0.0.1:1",
+                "--store",
+                str(tmp_path / "store.db"),
+                "--policy",
+                str(policy),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()

@@ -41,8 +41,7 @@ EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 def _export_call(endpoint: str) -> Any:
     channel = grpc.insecure_channel(endpoint)
-    return channel, channel.unary_unary(EXPORT, request_serializer=None,
-                                        response_deserializer=None)
+    return channel, channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
 
 
 def _plain_pb_request(n: int = 5, seed: int = 1, genai_key: bool = False) -> bytes:
@@ -51,21 +50,30 @@ def _plain_pb_request(n: int = 5, seed: int = 1, genai_key: bool = False) -> byt
     rng = random.Random(seed)
     rs = ResourceSpans()
     rs.resource.attributes.append(
-        KeyValue(key="service.name", value=AnyValue(string_value="orders")))
+        KeyValue(key="service.name", value=AnyValue(string_value="orders"))
+    )
     ss = rs.scope_spans.add()
     ss.scope.name = "opentelemetry.instrumentation.flask"
     trace_id = rng.randbytes(16)
     for i in range(n):
-        span = Span(trace_id=trace_id, span_id=rng.randbytes(8), name=f"GET /orders/{i}",
-                    kind=Span.SPAN_KIND_SERVER, start_time_unix_nano=1_700_000_000_000_000_000,
-                    end_time_unix_nano=1_700_000_000_100_000_000)
-        span.attributes.append(KeyValue(key="http.request.method",
-                                        value=AnyValue(string_value="GET")))
-        span.attributes.append(KeyValue(key="user_agent.original",
-                                        value=AnyValue(string_value="curl/8")))
+        span = Span(
+            trace_id=trace_id,
+            span_id=rng.randbytes(8),
+            name=f"GET /orders/{i}",
+            kind=Span.SPAN_KIND_SERVER,
+            start_time_unix_nano=1_700_000_000_000_000_000,
+            end_time_unix_nano=1_700_000_000_100_000_000,
+        )
+        span.attributes.append(
+            KeyValue(key="http.request.method", value=AnyValue(string_value="GET"))
+        )
+        span.attributes.append(
+            KeyValue(key="user_agent.original", value=AnyValue(string_value="curl/8"))
+        )
         if genai_key:
-            span.attributes.append(KeyValue(key="gen_ai.agent.name",
-                                            value=AnyValue(string_value="x")))
+            span.attributes.append(
+                KeyValue(key="gen_ai.agent.name", value=AnyValue(string_value="x"))
+            )
         ss.spans.append(span)
     req = ExportTraceServiceRequest()
     req.resource_spans.append(rs)
@@ -75,14 +83,18 @@ def _plain_pb_request(n: int = 5, seed: int = 1, genai_key: bool = False) -> byt
 
 def _ids_of(data: bytes) -> list[str]:
     req = ExportTraceServiceRequest.FromString(data)
-    return [s.span_id.hex() for rs in req.resource_spans for ss in rs.scope_spans
-            for s in ss.spans]
+    return [s.span_id.hex() for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
 
 
-def _post(url: str, body: bytes, ctype: str = "application/x-protobuf",
-          headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    req = urllib.request.Request(url, data=body, method="POST",
-                                 headers={"Content-Type": ctype, **(headers or {})})
+def _post(
+    url: str,
+    body: bytes,
+    ctype: str = "application/x-protobuf",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": ctype, **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return resp.status, dict(resp.headers), resp.read()
@@ -107,9 +119,11 @@ def test_sdk_exporters_grpc_and_http_every_span_arrives_once_and_tool_spans_are_
         tracer = tp.get_tracer("tests.sidecar")
         runs[f"{name}-clean"] = agent_run(tracer, tools=[("lookup_invoice", "invoice 42: paid")])
         runs[f"{name}-recovered"] = agent_run(
-            tracer, tools=[("lookup_invoice", None), ("lookup_invoice", "invoice 42: paid")])
+            tracer, tools=[("lookup_invoice", None), ("lookup_invoice", "invoice 42: paid")]
+        )
         runs[f"{name}-unrecovered"] = agent_run(
-            tracer, tools=[("charge_card", None)], answer="Done, your card was charged.")
+            tracer, tools=[("charge_card", None)], answer="Done, your card was charged."
+        )
         for _ in range(3):
             _, ids = plain_request(tracer)
             plain.update(ids)
@@ -145,8 +159,13 @@ def test_sdk_exporters_grpc_and_http_every_span_arrives_once_and_tool_spans_are_
     cmd = [sys.executable, "-m", "attest_otel.cli", "grade", "--trace-id"]
     deadline = time.monotonic() + 10
     while True:
-        out = subprocess.run([*cmd, tid, "--store", store, "--json"], cwd=REPO,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [*cmd, tid, "--store", store, "--json"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if out.returncode != 2 or time.monotonic() > deadline:
             break
         time.sleep(0.2)  # the store is written just after forwarding
@@ -154,11 +173,17 @@ def test_sdk_exporters_grpc_and_http_every_span_arrives_once_and_tool_spans_are_
     [trace] = json.loads(out.stdout)["traces"]
     assert trace["trace_id"] == tid
     assert [run["result"]["verdict"] for run in trace["runs"]] == ["fail"]
-    text = subprocess.run([*cmd, runs["http-clean"][0], "--store", store], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    text = subprocess.run(
+        [*cmd, runs["http-clean"][0], "--store", store],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert text.returncode == 0 and "PASS" in text.stdout, text.stderr
-    unknown = subprocess.run([*cmd, "0" * 32, "--store", store], cwd=REPO,
-                             capture_output=True, text=True, timeout=60)
+    unknown = subprocess.run(
+        [*cmd, "0" * 32, "--store", store], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert unknown.returncode == 2
     assert unknown.stdout == "" and len(unknown.stderr.strip().splitlines()) == 1
 
@@ -177,8 +202,11 @@ def test_a_request_without_genai_spans_is_forwarded_as_the_same_bytes(
     sent_grpc = _plain_pb_request(seed=1)
     export(sent_grpc, timeout=5)
     sent_http = _plain_pb_request(seed=2)
-    status, _headers, _body = _post(f"{sidecar.http_url}/v1/traces", gzip.compress(sent_http),
-                                    headers={"Content-Encoding": "gzip"})
+    status, _headers, _body = _post(
+        f"{sidecar.http_url}/v1/traces",
+        gzip.compress(sent_http),
+        headers={"Content-Encoding": "gzip"},
+    )
     assert status == 200
     assert downstream.wait_for(lambda d: len(d.trace_requests()) >= 2), sidecar.log()
     assert sorted(downstream.trace_requests()) == sorted([sent_grpc, sent_http])
@@ -202,8 +230,9 @@ def test_late_spans_of_a_graded_trace_are_forwarded_as_they_are(
     tp.force_flush()
     assert downstream.wait_spans({root_id})
     late = next(s for s in downstream.spans() if s.span_id.hex() == root_id)
-    assert list(late.events) == [] and not any(kv.key.startswith("attest.")
-                                               for kv in late.attributes)
+    assert list(late.events) == [] and not any(
+        kv.key.startswith("attest.") for kv in late.attributes
+    )
     assert tid == late.trace_id.hex()
     tp.shutdown()
     assert sidecar.terminate() == 0
@@ -382,8 +411,9 @@ def test_malformed_oversize_and_wrongly_typed_requests_get_the_right_status(
     assert status_pb2.Status.FromString(body).code == 3
     next_good_request_works(1)
 
-    status, headers, body = _post(url, b'{"resourceSpans": [{"scopeSpans": 5}]}',
-                                  "application/json")
+    status, headers, body = _post(
+        url, b'{"resourceSpans": [{"scopeSpans": 5}]}', "application/json"
+    )
     assert status == 400 and headers["Content-Type"] == "application/json"
     assert json.loads(body)["code"] == 3
     next_good_request_works(2)
@@ -412,12 +442,31 @@ def test_malformed_oversize_and_wrongly_typed_requests_get_the_right_status(
     channel.close()
 
     # OTLP/JSON as the spec writes it (hex ids, integer enums, int64 as strings).
-    doc = {"resourceSpans": [{"resource": {"attributes": [
-        {"key": "service.name", "value": {"stringValue": "json-svc"}}]},
-        "scopeSpans": [{"scope": {"name": "manual"}, "spans": [{
-            "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
-            "name": "GET /json", "kind": 2, "startTimeUnixNano": "1700000000000000000",
-            "endTimeUnixNano": "1700000000100000000", "status": {"code": 1}}]}]}]}
+    doc = {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [{"key": "service.name", "value": {"stringValue": "json-svc"}}]
+                },
+                "scopeSpans": [
+                    {
+                        "scope": {"name": "manual"},
+                        "spans": [
+                            {
+                                "traceId": "5b8efff798038103d269b633813fc60c",
+                                "spanId": "eee19b7ec3c1b174",
+                                "name": "GET /json",
+                                "kind": 2,
+                                "startTimeUnixNano": "1700000000000000000",
+                                "endTimeUnixNano": "1700000000100000000",
+                                "status": {"code": 1},
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     status, headers, body = _post(url, json.dumps(doc).encode(), "application/json")
     assert (status, headers["Content-Type"], json.loads(body)) == (200, "application/json", {})
     assert downstream.wait_spans({"eee19b7ec3c1b174"})
@@ -427,9 +476,7 @@ def test_malformed_oversize_and_wrongly_typed_requests_get_the_right_status(
 # --- the Grader API and self-metrics -------------------------------------------------------------
 
 
-def test_grader_api_and_prometheus_self_metrics(
-    sidecar: Sidecar, downstream: Downstream
-) -> None:
+def test_grader_api_and_prometheus_self_metrics(sidecar: Sidecar, downstream: Downstream) -> None:
     prom = free_port()
     sidecar.extra_args = ["--prometheus", f"127.0.0.1:{prom}"]
     sidecar.start()
@@ -465,7 +512,7 @@ def test_grader_api_and_prometheus_self_metrics(
     with urllib.request.urlopen(f"http://127.0.0.1:{prom}/metrics", timeout=5) as r:
         text = r.read().decode()
     assert "attest_sidecar_spans_received_total" in text
-    assert 'attest_sidecar_traces_graded_total{' in text and 'reason="complete"' in text
+    assert "attest_sidecar_traces_graded_total{" in text and 'reason="complete"' in text
     assert "attest_sidecar_queue_spans" in text
     tp.shutdown()
     assert sidecar.terminate() == 0

@@ -86,12 +86,22 @@ class SlowModel:
         message: dict[str, Any] = {"role": "assistant", "content": step.get("content")}
         if "tool_calls" in step:
             message["tool_calls"] = [
-                {"id": f"call_{agent}_{turn}_{i}", "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(args)}}
+                {
+                    "id": f"call_{agent}_{turn}_{i}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)},
+                }
                 for i, (name, args) in enumerate(step["tool_calls"])
             ]
-        return {"choices": [{"index": 0, "message": message,
-                             "finish_reason": "tool_calls" if "tool_calls" in step else "stop"}]}
+        return {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if "tool_calls" in step else "stop",
+                }
+            ]
+        }
 
     def close(self) -> None:
         self.server.shutdown()
@@ -105,13 +115,20 @@ def _parts(messages: list[dict[str, Any]]) -> str:
         parts: list[dict[str, Any]] = []
         if m.get("content"):
             kind = "tool_call_response" if m["role"] == "tool" else "text"
-            parts.append({"type": kind, "content": m["content"], "id": m.get("tool_call_id")}
-                         if kind == "tool_call_response" else {"type": "text",
-                                                                "content": m["content"]})
+            parts.append(
+                {"type": kind, "content": m["content"], "id": m.get("tool_call_id")}
+                if kind == "tool_call_response"
+                else {"type": "text", "content": m["content"]}
+            )
         for call in m.get("tool_calls") or []:
-            parts.append({"type": "tool_call", "id": call["id"],
-                          "name": call["function"]["name"],
-                          "arguments": json.loads(call["function"]["arguments"])})
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": call["id"],
+                    "name": call["function"]["name"],
+                    "arguments": json.loads(call["function"]["arguments"]),
+                }
+            )
         out.append({"role": m["role"], "parts": parts})
     return json.dumps(out)
 
@@ -119,31 +136,49 @@ def _parts(messages: list[dict[str, Any]]) -> str:
 class Agent:
     """The app's own agent loop, instrumented by hand with GenAI-convention spans."""
 
-    def __init__(self, tracer: Tracer, model_url: str, name: str,
-                 tools: dict[str, Callable[[dict[str, Any]], str]]) -> None:
+    def __init__(
+        self,
+        tracer: Tracer,
+        model_url: str,
+        name: str,
+        tools: dict[str, Callable[[dict[str, Any]], str]],
+    ) -> None:
         self.tracer, self.url, self.name, self.tools = tracer, model_url, name, tools
 
     def chat(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        with self.tracer.start_as_current_span("chat slow-model", attributes={
-            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
-            "gen_ai.request.model": "slow-model", "gen_ai.input.messages": _parts(messages),
-        }) as span:
+        with self.tracer.start_as_current_span(
+            "chat slow-model",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": "slow-model",
+                "gen_ai.input.messages": _parts(messages),
+            },
+        ) as span:
             request = urllib.request.Request(
-                self.url, data=json.dumps({"model": "slow-model", "messages": messages}).encode(),
-                headers={"Content-Type": "application/json"})
+                self.url,
+                data=json.dumps({"model": "slow-model", "messages": messages}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
             with urllib.request.urlopen(request, timeout=30) as response:
                 message: dict[str, Any] = json.load(response)["choices"][0]["message"]
             span.set_attribute("gen_ai.output.messages", _parts([message]))
             return message
 
     def run(self, task: str) -> str:
-        with self.tracer.start_as_current_span(f"invoke_agent {self.name}", attributes={
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.name,
-            "gen_ai.provider.name": "openai",
-            "gen_ai.input.messages": _parts([{"role": "user", "content": task}]),
-        }) as agent_span:
-            messages: list[dict[str, Any]] = [{"role": "system", "content": self.name},
-                                              {"role": "user", "content": task}]
+        with self.tracer.start_as_current_span(
+            f"invoke_agent {self.name}",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": self.name,
+                "gen_ai.provider.name": "openai",
+                "gen_ai.input.messages": _parts([{"role": "user", "content": task}]),
+            },
+        ) as agent_span:
+            messages: list[dict[str, Any]] = [
+                {"role": "system", "content": self.name},
+                {"role": "user", "content": task},
+            ]
             while True:
                 message = self.chat(messages)
                 messages.append(message)
@@ -151,15 +186,21 @@ class Agent:
                     agent_span.set_attribute("gen_ai.output.messages", _parts([message]))
                     return str(message["content"])
                 for call in message["tool_calls"]:
-                    messages.append({"role": "tool", "tool_call_id": call["id"],
-                                     "content": self.call(call)})
+                    messages.append(
+                        {"role": "tool", "tool_call_id": call["id"], "content": self.call(call)}
+                    )
 
     def call(self, call: dict[str, Any]) -> str:
         name, arguments = call["function"]["name"], call["function"]["arguments"]
-        with self.tracer.start_as_current_span(f"execute_tool {name}", attributes={
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": call["id"], "gen_ai.tool.call.arguments": arguments,
-        }) as span:
+        with self.tracer.start_as_current_span(
+            f"execute_tool {name}",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": call["id"],
+                "gen_ai.tool.call.arguments": arguments,
+            },
+        ) as span:
             try:
                 result = self.tools[name](json.loads(arguments))
             except Exception as e:
@@ -211,12 +252,21 @@ def test_a_slow_multi_agent_app_is_graded_whole_as_from_a_file(
     tp.add_span_processor(SimpleSpanProcessor(kept))
     tracer = tp.get_tracer("refund-app")
     try:
-        billing = Agent(tracer, model.url, "billing_agent",
-                        {"lookup_order": lambda a: f"order {a['order']}: paid 30 EUR"})
-        support = Agent(tracer, model.url, "support_agent", {
-            "delegate_billing": lambda a: billing.run(f"Refund order {a['order']}"),
-            "send_receipt": _receipt,
-        })
+        billing = Agent(
+            tracer,
+            model.url,
+            "billing_agent",
+            {"lookup_order": lambda a: f"order {a['order']}: paid 30 EUR"},
+        )
+        support = Agent(
+            tracer,
+            model.url,
+            "support_agent",
+            {
+                "delegate_billing": lambda a: billing.run(f"Refund order {a['order']}"),
+                "send_receipt": _receipt,
+            },
+        )
         support.run("Please refund order 42 and mail me the receipt.")
         sent = {format(s.context.span_id, "016x") for s in kept.spans}
         assert downstream.wait_spans(sent, timeout=30), sidecar.log()
@@ -226,8 +276,9 @@ def test_a_slow_multi_agent_app_is_graded_whole_as_from_a_file(
 
     # The scenario happened: the nested run went out a batch before the outer agent span.
     when = {name: at for at, names in batches.batches for name in names}
-    assert when["invoke_agent support_agent"] - when["invoke_agent billing_agent"] > 1.0, \
+    assert when["invoke_agent support_agent"] - when["invoke_agent billing_agent"] > 1.0, (
         batches.batches
+    )
 
     spans_file = tmp_path / "app.pb"
     spans_file.write_bytes(encode_spans(kept.spans).SerializeToString())

@@ -13,9 +13,21 @@ NS = 1_000_000_000
 
 
 def _grade(trace_id: str, span_id: str, verdict: str = "pass") -> StoredGrade:
-    return StoredGrade(trace_id, span_id, "agent", 5, {
-        "check": "tool_use", "passed": verdict == "pass", "verdict": verdict, "score": 1.0,
-        "summary": "ok", "findings": [], "metadata": {}})
+    return StoredGrade(
+        trace_id,
+        span_id,
+        "agent",
+        5,
+        {
+            "check": "tool_use",
+            "passed": verdict == "pass",
+            "verdict": verdict,
+            "score": 1.0,
+            "summary": "ok",
+            "findings": [],
+            "metadata": {},
+        },
+    )
 
 
 def test_a_trace_and_its_grades_come_back_and_late_spans_are_appended(tmp_path: Path) -> None:
@@ -25,7 +37,11 @@ def test_a_trace_and_its_grades_come_back_and_late_spans_are_appended(tmp_path: 
         got = store.get_trace("AB" * 16)
         assert got is not None
         assert (got.data, got.span_count, got.first_ns, got.updated_ns) == (
-            b"\x0a\x01x\x0a\x01y", 3, NS, 2 * NS)
+            b"\x0a\x01x\x0a\x01y",
+            3,
+            NS,
+            2 * NS,
+        )
         assert [g.result["verdict"] for g in got.grades] == ["pass"]
         store.put_trace("ab" * 16, b"", 0, [_grade("ab" * 16, "01" * 8, "fail")], now_ns=3 * NS)
         regraded = store.get_trace("ab" * 16)

@@ -64,8 +64,10 @@ def test_segments_rotate_and_fully_done_segments_are_deleted(tmp_path: Path) -> 
 def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
     log = DurableLog(tmp_path)
     log.open()
-    threads = [threading.Thread(target=lambda: [log.append(b"r" * 100) for _ in range(50)])
-               for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: [log.append(b"r" * 100) for _ in range(50)])
+        for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:

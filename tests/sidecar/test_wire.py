@@ -38,8 +38,11 @@ def _request(n_resources: int = 2, n_spans: int = 30, seed: int = 3) -> bytes:
         ss.scope.name = f"scope{r}"
         ss.scope.version = "1.0"
         for i in range(n_spans):
-            span = ss.spans.add(trace_id=rng.randbytes(16), span_id=rng.randbytes(8),
-                                name=f"span {i}" * rng.randint(1, 30))
+            span = ss.spans.add(
+                trace_id=rng.randbytes(16),
+                span_id=rng.randbytes(8),
+                name=f"span {i}" * rng.randint(1, 30),
+            )
             if i % 3:
                 span.parent_span_id = rng.randbytes(8)
             if i % 5 == 0:
@@ -55,22 +58,30 @@ def test_a_split_request_re_framed_is_the_same_request() -> None:
     assert [g.scope_name() for g in groups] == ["scope0", "scope1"]
     rebuilt = wire.encode_groups((g.context, [s[2] for s in g.spans]) for g in groups)
     assert ExportTraceServiceRequest.FromString(rebuilt) == ExportTraceServiceRequest.FromString(
-        data)
+        data
+    )
 
 
 def test_trace_ids_and_names_are_read_from_the_bytes() -> None:
     data = _request()
     parsed = ExportTraceServiceRequest.FromString(data)
-    expected = [(s.trace_id, s.name.encode()) for rs in parsed.resource_spans
-                for ss in rs.scope_spans for s in ss.spans]
+    expected = [
+        (s.trace_id, s.name.encode())
+        for rs in parsed.resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+    ]
     got = [(tid, name) for g in wire.split_request(data) for tid, name, _ in g.spans]
     assert got == expected
 
 
 def test_a_span_with_fields_out_of_order_is_still_read() -> None:
     span = Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="invoke_agent x")
-    reordered = (wire.field_bytes(0x2A, b"invoke_agent x") + wire.field_bytes(0x12, b"\x02" * 8)
-                 + wire.field_bytes(0x0A, b"\x01" * 16))
+    reordered = (
+        wire.field_bytes(0x2A, b"invoke_agent x")
+        + wire.field_bytes(0x12, b"\x02" * 8)
+        + wire.field_bytes(0x0A, b"\x01" * 16)
+    )
     assert Span.FromString(reordered) == span
     assert wire.span_trace_id(reordered) == b"\x01" * 16
 
@@ -89,11 +100,13 @@ def test_split_to_size_keeps_every_span_and_respects_the_size() -> None:
     merged = ExportTraceServiceRequest()
     for piece in pieces:
         merged.MergeFromString(piece)
-    spans = sorted(s.span_id for rs in merged.resource_spans for ss in rs.scope_spans
-                   for s in ss.spans)
+    spans = sorted(
+        s.span_id for rs in merged.resource_spans for ss in rs.scope_spans for s in ss.spans
+    )
     original = ExportTraceServiceRequest.FromString(data)
-    assert spans == sorted(s.span_id for rs in original.resource_spans for ss in rs.scope_spans
-                           for s in ss.spans)
+    assert spans == sorted(
+        s.span_id for rs in original.resource_spans for ss in rs.scope_spans for s in ss.spans
+    )
 
 
 @pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
@@ -101,14 +114,21 @@ def test_byte_level_genai_test_covers_every_candidate_of_the_fixtures(path: Path
     """The sidecar decides on the bytes; it must never miss a span the decoder would decode."""
     for data in _fixture_requests(path):
         parsed = ExportTraceServiceRequest.FromString(data)
-        pb_spans = [(ss.scope.name, s) for rs in parsed.resource_spans for ss in rs.scope_spans
-                    for s in ss.spans]
+        pb_spans = [
+            (ss.scope.name, s)
+            for rs in parsed.resource_spans
+            for ss in rs.scope_spans
+            for s in ss.spans
+        ]
         cut = [(g, ref) for g in wire.split_request(data) for ref in g.spans]
         assert len(cut) == len(pb_spans)
         for (scope, span), (group, (_tid, name, record)) in zip(pb_spans, cut, strict=True):
             expected = is_genai_candidate(span.name, [kv.key for kv in span.attributes], scope)
-            found = (group.is_genai_scope() or wire.is_genai_name(name)
-                     or wire.GENAI_KEY_BYTES.search(record) is not None)
+            found = (
+                group.is_genai_scope()
+                or wire.is_genai_name(name)
+                or wire.GENAI_KEY_BYTES.search(record) is not None
+            )
             assert found or not expected, (path.name, span.name)
 
 

@@ -26,9 +26,22 @@ from attest_otel.ingest.span import Event, Span
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
-_KIND_NAMES = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
-_PB_KIND = ["SPAN_KIND_UNSPECIFIED", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "SPAN_KIND_CLIENT",
-            "SPAN_KIND_PRODUCER", "SPAN_KIND_CONSUMER"]
+_KIND_NAMES = {
+    0: "unspecified",
+    1: "internal",
+    2: "server",
+    3: "client",
+    4: "producer",
+    5: "consumer",
+}
+_PB_KIND = [
+    "SPAN_KIND_UNSPECIFIED",
+    "SPAN_KIND_INTERNAL",
+    "SPAN_KIND_SERVER",
+    "SPAN_KIND_CLIENT",
+    "SPAN_KIND_PRODUCER",
+    "SPAN_KIND_CONSUMER",
+]
 _PB_STATUS = ["STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"]
 
 
@@ -118,30 +131,38 @@ def jaeger_classic(spans: list[Span], *, short_ids: bool = False) -> dict[str, A
             }
             for e in s.events
         ]
-        out_spans.append({
-            "traceID": trace_id,
-            "spanID": s.span_id,
-            "flags": 1,
-            "operationName": s.name,
-            "references": refs,
-            "startTime": s.start_ns // 1000,
-            "duration": (s.end_ns - s.start_ns) // 1000,
-            "tags": tags,
-            "logs": logs,
-            "processID": pids[key],
-            "warnings": None,
-        })
+        out_spans.append(
+            {
+                "traceID": trace_id,
+                "spanID": s.span_id,
+                "flags": 1,
+                "operationName": s.name,
+                "references": refs,
+                "startTime": s.start_ns // 1000,
+                "duration": (s.end_ns - s.start_ns) // 1000,
+                "tags": tags,
+                "logs": logs,
+                "processID": pids[key],
+                "warnings": None,
+            }
+        )
     trace_id = spans[0].trace_id
     return {
-        "data": [{"traceID": trace_id, "spans": out_spans, "processes": processes,
-                  "warnings": None}],
-        "total": 0, "limit": 0, "offset": 0, "errors": None,
+        "data": [
+            {"traceID": trace_id, "spans": out_spans, "processes": processes, "warnings": None}
+        ],
+        "total": 0,
+        "limit": 0,
+        "offset": 0,
+        "errors": None,
     }
 
 
 def _stringify(attrs: dict[str, Any]) -> dict[str, Any]:
-    return {k: json.dumps(v, separators=(",", ":")) if isinstance(v, list | dict) else v
-            for k, v in attrs.items()}
+    return {
+        k: json.dumps(v, separators=(",", ":")) if isinstance(v, list | dict) else v
+        for k, v in attrs.items()
+    }
 
 
 def expected_from_jaeger_classic(spans: list[Span]) -> list[Span]:
@@ -149,16 +170,20 @@ def expected_from_jaeger_classic(spans: list[Span]) -> list[Span]:
     out = []
     for s in spans:
         start_us = s.start_ns // 1000
-        out.append(dataclasses.replace(
-            s,
-            start_ns=start_us * 1000,
-            end_ns=(start_us + (s.end_ns - s.start_ns) // 1000) * 1000,
-            attributes=_stringify(s.attributes),
-            resource=_stringify(s.resource),
-            events=[Event(e.name, e.time_ns // 1000 * 1000, _stringify(e.attributes))
-                    for e in s.events],
-            source=None,
-        ))
+        out.append(
+            dataclasses.replace(
+                s,
+                start_ns=start_us * 1000,
+                end_ns=(start_us + (s.end_ns - s.start_ns) // 1000) * 1000,
+                attributes=_stringify(s.attributes),
+                resource=_stringify(s.resource),
+                events=[
+                    Event(e.name, e.time_ns // 1000 * 1000, _stringify(e.attributes))
+                    for e in s.events
+                ],
+                source=None,
+            )
+        )
     return out
 
 
@@ -226,20 +251,24 @@ def phoenix_spans(spans: list[Span]) -> dict[str, Any]:
     for i, s in enumerate(spans):
         attrs = dict(s.attributes)
         kind = attrs.pop("openinference.span.kind", "UNKNOWN")
-        data.append({
-            "id": f"U3BhbjE{i}",
-            "name": s.name,
-            "context": {"trace_id": s.trace_id, "span_id": s.span_id},
-            "span_kind": kind,
-            "parent_id": s.parent_id,
-            "start_time": _iso(s.start_ns),
-            "end_time": _iso(s.end_ns),
-            "status_code": ["UNSET", "OK", "ERROR"][s.status_code],
-            "status_message": s.status_message,
-            "attributes": attrs,
-            "events": [{"name": e.name, "timestamp": _iso(e.time_ns), "attributes": e.attributes}
-                       for e in s.events],
-        })
+        data.append(
+            {
+                "id": f"U3BhbjE{i}",
+                "name": s.name,
+                "context": {"trace_id": s.trace_id, "span_id": s.span_id},
+                "span_kind": kind,
+                "parent_id": s.parent_id,
+                "start_time": _iso(s.start_ns),
+                "end_time": _iso(s.end_ns),
+                "status_code": ["UNSET", "OK", "ERROR"][s.status_code],
+                "status_message": s.status_message,
+                "attributes": attrs,
+                "events": [
+                    {"name": e.name, "timestamp": _iso(e.time_ns), "attributes": e.attributes}
+                    for e in s.events
+                ],
+            }
+        )
     return {"data": data, "next_cursor": None}
 
 

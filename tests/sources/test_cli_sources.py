@@ -37,8 +37,15 @@ def _invoke(*args: str) -> Any:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90s", 90), ("30m", 1800), ("24h", 86400), ("7d", 604800), ("2w", 1209600),
-     ("1h30m", 5400), ("0.5h", 1800)],
+    [
+        ("90s", 90),
+        ("30m", 1800),
+        ("24h", 86400),
+        ("7d", 604800),
+        ("2w", 1209600),
+        ("1h30m", 5400),
+        ("0.5h", 1800),
+    ],
 )
 def test_durations_read_as_a_number_and_a_unit(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
@@ -57,13 +64,23 @@ def test_grade_by_trace_id_from_jaeger_prints_the_same_grade_as_the_file(
     tid = shapes.trace_id_of(name)
     backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=shapes.jaeger_v3(name))
 
-    result = _invoke("grade", "--trace-id", tid, "--from", f"jaeger:{backend.url}", "--json",
-                     "--header", "Authorization=Bearer t0ken")
+    result = _invoke(
+        "grade",
+        "--trace-id",
+        tid,
+        "--from",
+        f"jaeger:{backend.url}",
+        "--json",
+        "--header",
+        "Authorization=Bearer t0ken",
+    )
 
     assert result.exit_code == 1  # the run has an unrecovered error: graded, and failed
     (trace,) = json.loads(result.output)["traces"]
     decoded = decode_file(shapes.fixture(name))
-    expected = [grade(r, judge=None).to_dict() for t in runs_from_spans(decoded.spans) for r in t.runs]
+    expected = [
+        grade(r, judge=None).to_dict() for t in runs_from_spans(decoded.spans) for r in t.runs
+    ]
     assert trace["trace_id"] == tid
     assert [r["result"] for r in trace["runs"]] == expected
     assert backend.requests[0].headers["authorization"] == "Bearer t0ken"
@@ -73,12 +90,15 @@ def test_grade_by_unknown_trace_id_is_one_line_and_exit_2(backend: FakeBackend) 
     tid = "0af7651916cd43dd8448eb211c80319c"
     result = _invoke("grade", "--trace-id", tid, "--from", f"tempo:{backend.url}")
     assert result.exit_code == 2
-    assert result.stderr == f"attest-otel: error: trace ID {tid} not found in tempo at {backend.url}\n"
+    assert (
+        result.stderr == f"attest-otel: error: trace ID {tid} not found in tempo at {backend.url}\n"
+    )
 
 
 def test_a_bad_header_is_a_usage_error_before_any_request(backend: FakeBackend) -> None:
-    result = _invoke("grade", "--trace-id", "abc", "--from", f"jaeger:{backend.url}",
-                     "--header", "nonsense")
+    result = _invoke(
+        "grade", "--trace-id", "abc", "--from", f"jaeger:{backend.url}", "--header", "nonsense"
+    )
     assert result.exit_code == 2
     assert "expected NAME=VALUE" in result.stderr
     assert backend.requests == []
@@ -93,11 +113,19 @@ def _store_with_grades(path: Path, *, graded_ns: int) -> list[str]:
             grades = []
             for trace in runs_from_spans(decoded.spans):
                 for run in trace.runs:
-                    grades.append(StoredGrade(trace.trace_id, run.span_id or "", run.agent,
-                                              graded_ns + i, grade(run, judge=None).to_dict()))
+                    grades.append(
+                        StoredGrade(
+                            trace.trace_id,
+                            run.span_id or "",
+                            run.agent,
+                            graded_ns + i,
+                            grade(run, judge=None).to_dict(),
+                        )
+                    )
             tid = shapes.trace_id_of(name)
-            store.put_trace(tid, shapes.tempo_protobuf(name), len(decoded.spans), grades,
-                            now_ns=graded_ns + i)
+            store.put_trace(
+                tid, shapes.tempo_protobuf(name), len(decoded.spans), grades, now_ns=graded_ns + i
+            )
             tids.append(tid)
     return tids
 
@@ -157,8 +185,10 @@ def test_report_reads_the_stores_grades_of_the_window(tmp_path: Path) -> None:
     data = json.loads(_invoke("report", "--from", f"store:{path}", "--json").output)
     assert data["runs"]["total"] == 3
     assert data["runs"]["passed"] == 1
-    assert data["runs"]["interval"] == [pytest.approx(0.0615, abs=5e-5),
-                                        pytest.approx(0.7923, abs=5e-5)]
+    assert data["runs"]["interval"] == [
+        pytest.approx(0.0615, abs=5e-5),
+        pytest.approx(0.7923, abs=5e-5),
+    ]
     assert {w["trace_id"] for w in data["worst_runs"]} == set(tids[1:])
 
     text = _invoke("report", "--from", f"store:{path}", "--since", "7d").output

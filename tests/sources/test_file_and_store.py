@@ -33,7 +33,9 @@ def test_a_trace_missing_from_the_file_is_one_line_naming_the_file(tmp_path: Pat
     path = shapes.fixture(A)
     with pytest.raises(TraceNotFoundError) as caught:
         fetch("0af7651916cd43dd8448eb211c80319c", f"file:{path}")
-    assert str(caught.value) == f"trace ID 0af7651916cd43dd8448eb211c80319c not found in file {path}"
+    assert (
+        str(caught.value) == f"trace ID 0af7651916cd43dd8448eb211c80319c not found in file {path}"
+    )
 
 
 def _store(tmp_path: Path) -> Path:
@@ -41,10 +43,19 @@ def _store(tmp_path: Path) -> Path:
     with TraceStore(path) as store:
         for i, name in enumerate((A, B)):
             tid = shapes.trace_id_of(name)
-            result = {"check": "tool_use", "passed": i == 0, "verdict": "pass" if i == 0 else "fail",
-                      "score": 1.0 - i / 2, "summary": "", "findings": [], "metadata": {}}
+            result = {
+                "check": "tool_use",
+                "passed": i == 0,
+                "verdict": "pass" if i == 0 else "fail",
+                "score": 1.0 - i / 2,
+                "summary": "",
+                "findings": [],
+                "metadata": {},
+            }
             store.put_trace(
-                tid, shapes.tempo_protobuf(name), 1,
+                tid,
+                shapes.tempo_protobuf(name),
+                1,
                 [StoredGrade(tid, "a" * 16, "agent", (10 + i) * HOUR_NS, result)],
                 now_ns=(10 + i) * HOUR_NS,
             )

@@ -27,10 +27,16 @@ from tests.sources.fake_http import FakeBackend, Reply
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        pytest.param(["Authorization=Bearer a=b"], (("Authorization", "Bearer a=b"),),
-                     id="the first equals sign splits name from value"),
-        pytest.param(["X-Scope-OrgID: tenant-1"], (("X-Scope-OrgID", "tenant-1"),),
-                     id="curl's colon form is accepted"),
+        pytest.param(
+            ["Authorization=Bearer a=b"],
+            (("Authorization", "Bearer a=b"),),
+            id="the first equals sign splits name from value",
+        ),
+        pytest.param(
+            ["X-Scope-OrgID: tenant-1"],
+            (("X-Scope-OrgID", "tenant-1"),),
+            id="curl's colon form is accepted",
+        ),
         pytest.param(["A=1", "A=2"], (("A", "1"), ("A", "2")), id="repeated headers are all kept"),
         pytest.param(["X-Empty="], (("X-Empty", ""),), id="an empty value is allowed"),
     ],
@@ -50,12 +56,19 @@ def test_a_header_without_a_name_is_a_usage_error(bad: str) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        pytest.param("0AF7651916CD43DD8448EB211C80319C", "0af7651916cd43dd8448eb211c80319c",
-                     id="upper case is lowered"),
-        pytest.param("8448eb211c80319c", "00000000000000008448eb211c80319c",
-                     id="a 64-bit id is left-padded"),
-        pytest.param(" 0x8448eb211c80319c ", "00000000000000008448eb211c80319c",
-                     id="blanks and a 0x prefix are dropped"),
+        pytest.param(
+            "0AF7651916CD43DD8448EB211C80319C",
+            "0af7651916cd43dd8448eb211c80319c",
+            id="upper case is lowered",
+        ),
+        pytest.param(
+            "8448eb211c80319c", "00000000000000008448eb211c80319c", id="a 64-bit id is left-padded"
+        ),
+        pytest.param(
+            " 0x8448eb211c80319c ",
+            "00000000000000008448eb211c80319c",
+            id="blanks and a 0x prefix are dropped",
+        ),
     ],
 )
 def test_trace_ids_are_normalised_to_32_lowercase_hex_digits(text: str, expected: str) -> None:
@@ -72,10 +85,18 @@ def test_a_trace_id_that_is_not_one_is_a_usage_error(bad: str) -> None:
     ("text", "kind", "location"),
     [
         pytest.param("jaeger:http://j:16686", "jaeger", "http://j:16686", id="jaeger with a URL"),
-        pytest.param("tempo:localhost:3200", "tempo", "http://localhost:3200",
-                     id="a bare host and port means plain http"),
-        pytest.param("phoenix:https://px.example/base#proj", "phoenix",
-                     "https://px.example/base#proj", id="phoenix keeps its project fragment"),
+        pytest.param(
+            "tempo:localhost:3200",
+            "tempo",
+            "http://localhost:3200",
+            id="a bare host and port means plain http",
+        ),
+        pytest.param(
+            "phoenix:https://px.example/base#proj",
+            "phoenix",
+            "https://px.example/base#proj",
+            id="phoenix keeps its project fragment",
+        ),
         pytest.param("file:traces.jsonl", "file", "traces.jsonl", id="file takes a path"),
         pytest.param("store:/tmp/s.db", "store", "/tmp/s.db", id="store takes a path"),
     ],
@@ -97,8 +118,11 @@ def test_store_without_a_path_is_the_sidecars_default_store(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        pytest.param("zipkin:http://z", "expected one of store:, jaeger:, tempo:, phoenix:, file:",
-                     id="an unknown kind lists the known ones"),
+        pytest.param(
+            "zipkin:http://z",
+            "expected one of store:, jaeger:, tempo:, phoenix:, file:",
+            id="an unknown kind lists the known ones",
+        ),
         pytest.param("http://jaeger:16686", "expected one of", id="a bare URL needs a kind"),
         pytest.param("jaeger:", "needs a URL", id="a kind without a URL"),
         pytest.param("tempo:ftp://t", "http:// or https://", id="a URL that is not http"),
@@ -112,8 +136,9 @@ def test_bad_from_values_are_usage_errors(text: str, message: str) -> None:
 
 def test_a_body_over_the_size_bound_is_refused(backend: FakeBackend) -> None:
     backend.routes["/big"] = Reply(body=b"x" * 5000)
-    with HttpClient("tempo", HttpOptions(max_body_bytes=1000)) as client, pytest.raises(
-        SourceError, match="larger than 1000 bytes"
+    with (
+        HttpClient("tempo", HttpOptions(max_body_bytes=1000)) as client,
+        pytest.raises(SourceError, match="larger than 1000 bytes"),
     ):
         client.get(f"{backend.url}/big")
 
@@ -122,10 +147,16 @@ def test_a_body_over_the_size_bound_is_refused(backend: FakeBackend) -> None:
     ("options", "message"),
     [
         pytest.param({"timeout_s": 0}, "--timeout must be positive", id="a zero timeout"),
-        pytest.param({"client_key": "k.pem"}, "--client-key needs --client-cert",
-                     id="a key without a certificate"),
-        pytest.param({"insecure": True, "ca_file": "ca.pem"}, "contradict",
-                     id="insecure and a CA file together"),
+        pytest.param(
+            {"client_key": "k.pem"},
+            "--client-key needs --client-cert",
+            id="a key without a certificate",
+        ),
+        pytest.param(
+            {"insecure": True, "ca_file": "ca.pem"},
+            "contradict",
+            id="insecure and a CA file together",
+        ),
     ],
 )
 def test_contradictory_http_options_are_usage_errors(
@@ -156,15 +187,55 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     if shutil.which("openssl") is None:
         pytest.fail("the openssl command is needed to make test certificates")
     d = tmp_path_factory.mktemp("pki")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test CA",
-             "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        cwd=d,
+    )
     (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
     for who in ("server", "client"):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={who}",
-                 "-keyout", f"{who}.key", "-out", f"{who}.csr", cwd=d)
-        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", f"{who}.pem",
-                 cwd=d)
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={who}",
+            "-keyout",
+            f"{who}.key",
+            "-out",
+            f"{who}.csr",
+            cwd=d,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{who}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            f"{who}.pem",
+            cwd=d,
+        )
     return Pki(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key")
 
 
@@ -213,12 +284,15 @@ def test_insecure_skips_verification(tls_backend: FakeBackend) -> None:
 
 
 def test_mutual_tls_sends_the_client_certificate(mtls_backend: FakeBackend, pki: Pki) -> None:
-    assert _get(
-        f"{mtls_backend.url}/ok",
-        ca_file=str(pki.ca),
-        client_cert=str(pki.client_cert),
-        client_key=str(pki.client_key),
-    ) == 200
+    assert (
+        _get(
+            f"{mtls_backend.url}/ok",
+            ca_file=str(pki.ca),
+            client_cert=str(pki.client_cert),
+            client_key=str(pki.client_key),
+        )
+        == 200
+    )
 
 
 def test_a_server_wanting_a_client_certificate_refuses_one_line_without_it(

@@ -37,9 +37,7 @@ def _fetch(backend: FakeBackend, trace_id: str, **options: object) -> list[Span]
 
 def _grades(spans: list[Span]) -> list[dict[str, object]]:
     return [
-        grade(run, judge=None).to_dict()
-        for trace in runs_from_spans(spans)
-        for run in trace.runs
+        grade(run, judge=None).to_dict() for trace in runs_from_spans(spans) for run in trace.runs
     ]
 
 
@@ -153,26 +151,62 @@ def _classic_span(**overrides: object) -> dict[str, object]:
 
 
 def _classic(span: dict[str, object]) -> dict[str, object]:
-    return {"data": [{"traceID": span["traceID"], "spans": [span], "processes": {
-        "p1": {"serviceName": "agent", "tags": [{"key": "host.name", "type": "string", "value": "h"}]}
-    }}]}
+    return {
+        "data": [
+            {
+                "traceID": span["traceID"],
+                "spans": [span],
+                "processes": {
+                    "p1": {
+                        "serviceName": "agent",
+                        "tags": [{"key": "host.name", "type": "string", "value": "h"}],
+                    }
+                },
+            }
+        ]
+    }
 
 
 @pytest.mark.parametrize(
     ("refs", "parent"),
     [
         pytest.param(
-            [{"refType": "FOLLOWS_FROM", "traceID": "0af7651916cd43dd8448eb211c80319c", "spanID": "00f067aa0ba902b7"},
-             {"refType": "CHILD_OF", "traceID": "0af7651916cd43dd8448eb211c80319c", "spanID": "1111111111111111"}],
-            "1111111111111111", id="a CHILD_OF reference wins over an earlier FOLLOWS_FROM",
+            [
+                {
+                    "refType": "FOLLOWS_FROM",
+                    "traceID": "0af7651916cd43dd8448eb211c80319c",
+                    "spanID": "00f067aa0ba902b7",
+                },
+                {
+                    "refType": "CHILD_OF",
+                    "traceID": "0af7651916cd43dd8448eb211c80319c",
+                    "spanID": "1111111111111111",
+                },
+            ],
+            "1111111111111111",
+            id="a CHILD_OF reference wins over an earlier FOLLOWS_FROM",
         ),
         pytest.param(
-            [{"refType": "FOLLOWS_FROM", "traceID": "0af7651916cd43dd8448eb211c80319c", "spanID": "00f067aa0ba902b7"}],
-            "00f067aa0ba902b7", id="a FOLLOWS_FROM reference is the parent when there is no CHILD_OF",
+            [
+                {
+                    "refType": "FOLLOWS_FROM",
+                    "traceID": "0af7651916cd43dd8448eb211c80319c",
+                    "spanID": "00f067aa0ba902b7",
+                }
+            ],
+            "00f067aa0ba902b7",
+            id="a FOLLOWS_FROM reference is the parent when there is no CHILD_OF",
         ),
         pytest.param(
-            [{"refType": "CHILD_OF", "traceID": "ffffffffffffffffffffffffffffffff", "spanID": "00f067aa0ba902b7"}],
-            None, id="a reference into another trace is no parent",
+            [
+                {
+                    "refType": "CHILD_OF",
+                    "traceID": "ffffffffffffffffffffffffffffffff",
+                    "spanID": "00f067aa0ba902b7",
+                }
+            ],
+            None,
+            id="a reference into another trace is no parent",
         ),
         pytest.param([], None, id="no reference means a root span"),
     ],
@@ -183,13 +217,23 @@ def test_classic_parent_follows_jaegers_own_rule(refs: list[object], parent: str
 
 
 def test_classic_error_tag_alone_means_status_error_and_is_not_kept_as_an_attribute() -> None:
-    (span,) = spans_from_classic(_classic(_classic_span(tags=[
-        {"key": "error", "type": "bool", "value": True},
-        {"key": "otel.library.name", "type": "string", "value": "openinference.instrumentation"},
-        {"key": "tool.name", "type": "string", "value": "lookup"},
-        {"key": "retries", "type": "int64", "value": 2},
-        {"key": "cost", "type": "float64", "value": 0.25},
-    ])))
+    (span,) = spans_from_classic(
+        _classic(
+            _classic_span(
+                tags=[
+                    {"key": "error", "type": "bool", "value": True},
+                    {
+                        "key": "otel.library.name",
+                        "type": "string",
+                        "value": "openinference.instrumentation",
+                    },
+                    {"key": "tool.name", "type": "string", "value": "lookup"},
+                    {"key": "retries", "type": "int64", "value": 2},
+                    {"key": "cost", "type": "float64", "value": 0.25},
+                ]
+            )
+        )
+    )
     assert span.status_code == 2
     assert span.kind == 0  # no span.kind tag: unspecified, as the Collector's receiver reads it
     assert span.scope_name == "openinference.instrumentation"
@@ -199,9 +243,18 @@ def test_classic_error_tag_alone_means_status_error_and_is_not_kept_as_an_attrib
 
 
 def test_classic_log_without_an_event_field_becomes_an_unnamed_event_with_its_fields() -> None:
-    (span,) = spans_from_classic(_classic(_classic_span(logs=[
-        {"timestamp": 1_700_000_000_000_500, "fields": [{"key": "message", "type": "string", "value": "retrying"}]},
-    ])))
+    (span,) = spans_from_classic(
+        _classic(
+            _classic_span(
+                logs=[
+                    {
+                        "timestamp": 1_700_000_000_000_500,
+                        "fields": [{"key": "message", "type": "string", "value": "retrying"}],
+                    },
+                ]
+            )
+        )
+    )
     assert [(e.name, e.time_ns, e.attributes) for e in span.events] == [
         ("", 1_700_000_000_000_500_000, {"message": "retrying"})
     ]
@@ -210,7 +263,8 @@ def test_classic_log_without_an_event_field_becomes_an_unnamed_event_with_its_fi
 def test_unknown_trace_is_one_line_naming_jaeger_and_its_url(backend: FakeBackend) -> None:
     tid = "0af7651916cd43dd8448eb211c80319c"
     backend.routes[f"/api/traces/{tid}"] = Reply(
-        404, json.dumps({"data": None, "errors": [{"code": 404, "msg": "trace not found"}]}).encode()
+        404,
+        json.dumps({"data": None, "errors": [{"code": 404, "msg": "trace not found"}]}).encode(),
     )
     with pytest.raises(TraceNotFoundError) as caught:
         _fetch(backend, tid)
@@ -220,7 +274,10 @@ def test_unknown_trace_is_one_line_naming_jaeger_and_its_url(backend: FakeBacken
 def test_api_v3_in_band_not_found_error_is_the_same_one_line(backend: FakeBackend) -> None:
     tid = "0af7651916cd43dd8448eb211c80319c"
     backend.routes[f"/api/v3/traces/{tid}"] = Reply(
-        200, json.dumps({"error": {"grpcCode": 5, "httpCode": 404, "message": "trace not found"}}).encode()
+        200,
+        json.dumps(
+            {"error": {"grpcCode": 5, "httpCode": 404, "message": "trace not found"}}
+        ).encode(),
     )
     with pytest.raises(TraceNotFoundError, match=f"^trace ID {tid} not found in jaeger at "):
         _fetch(backend, tid)
@@ -230,7 +287,9 @@ def test_server_error_is_reported_with_its_status_and_the_start_of_its_body(
     backend: FakeBackend,
 ) -> None:
     tid = "0af7651916cd43dd8448eb211c80319c"
-    backend.routes[f"/api/v3/traces/{tid}"] = Reply(500, b"storage backend unavailable\n", "text/plain")
+    backend.routes[f"/api/v3/traces/{tid}"] = Reply(
+        500, b"storage backend unavailable\n", "text/plain"
+    )
     with pytest.raises(SourceError) as caught:
         _fetch(backend, tid)
     assert str(caught.value) == (

@@ -47,9 +47,17 @@ def test_without_a_project_every_project_is_searched_until_the_trace_is_found(
 ) -> None:
     original = shapes.original_spans(NAME)
     tid = original[0].trace_id
-    backend.routes["/v1/projects"] = Reply(body=json.dumps({"data": [
-        {"id": "UHJvamVjdDox", "name": "default"}, {"id": "UHJvamVjdDoy", "name": "billing agents"},
-    ], "next_cursor": None}).encode())
+    backend.routes["/v1/projects"] = Reply(
+        body=json.dumps(
+            {
+                "data": [
+                    {"id": "UHJvamVjdDox", "name": "default"},
+                    {"id": "UHJvamVjdDoy", "name": "billing agents"},
+                ],
+                "next_cursor": None,
+            }
+        ).encode()
+    )
     backend.routes["/v1/projects/default/spans"] = Reply(body=b'{"data": [], "next_cursor": null}')
     backend.routes["/v1/projects/billing agents/spans"] = Reply(body=_spans_body(original))
 
@@ -108,7 +116,9 @@ def test_unknown_project_is_one_line(backend: FakeBackend) -> None:
     backend.routes["/v1/projects/nope/spans"] = Reply(
         404, b'{"detail": "Project with name nope not found"}'
     )
-    with pytest.raises(SourceError, match=f"^project 'nope' not found in phoenix at {backend.url}$"):
+    with pytest.raises(
+        SourceError, match=f"^project 'nope' not found in phoenix at {backend.url}$"
+    ):
         _fetch(backend, "0af7651916cd43dd8448eb211c80319c", "#nope")
 
 
@@ -121,17 +131,19 @@ def test_a_phoenix_too_old_for_the_spans_route_is_named(backend: FakeBackend) ->
 def test_json_string_attributes_phoenix_flattened_are_put_back_as_json() -> None:
     from attest_otel.ingest.sources.phoenix import restore_json_attributes
 
-    restored = restore_json_attributes({
-        "tool.name": "lookup",
-        "tool.parameters.type": "object",
-        "tool.parameters.required": ["order_id"],
-        "metadata.attest.allowed_tools": ["lookup", "charge"],
-        "metadata.attest.tool_fallbacks": '{"charge": ["charge_backup"]}',
-        "metadata.langgraph_step": 2,
-        "metadata.items.0.name": "a",
-        "metadata.items.1.name": "b",
-        "llm.input_messages.0.message.role": "user",
-    })
+    restored = restore_json_attributes(
+        {
+            "tool.name": "lookup",
+            "tool.parameters.type": "object",
+            "tool.parameters.required": ["order_id"],
+            "metadata.attest.allowed_tools": ["lookup", "charge"],
+            "metadata.attest.tool_fallbacks": '{"charge": ["charge_backup"]}',
+            "metadata.langgraph_step": 2,
+            "metadata.items.0.name": "a",
+            "metadata.items.1.name": "b",
+            "llm.input_messages.0.message.role": "user",
+        }
+    )
     assert restored["tool.name"] == "lookup"
     assert restored["llm.input_messages.0.message.role"] == "user"  # not a JSON attribute
     assert json.loads(restored["tool.parameters"]) == {"type": "object", "required": ["order_id"]}
@@ -142,17 +154,24 @@ def test_json_string_attributes_phoenix_flattened_are_put_back_as_json() -> None
         "attest.allowed_tools": ["lookup", "charge"],
         "attest.tool_fallbacks": '{"charge": ["charge_backup"]}',
     }
-    assert set(restored) == {"tool.name", "tool.parameters", "metadata",
-                             "llm.input_messages.0.message.role"}
+    assert set(restored) == {
+        "tool.name",
+        "tool.parameters",
+        "metadata",
+        "llm.input_messages.0.message.role",
+    }
 
 
 def test_a_genai_span_does_not_get_phoenixs_openinference_kind() -> None:
     from attest_otel.ingest.sources.phoenix import span_from_phoenix
 
     raw = {
-        "name": "execute_tool lookup", "context": {"trace_id": "ab" * 16, "span_id": "cd" * 8},
-        "span_kind": "TOOL", "start_time": "2026-11-30T04:38:36.357296+00:00",
-        "end_time": "2026-11-30T04:38:36.957296+00:00", "status_code": "ERROR",
+        "name": "execute_tool lookup",
+        "context": {"trace_id": "ab" * 16, "span_id": "cd" * 8},
+        "span_kind": "TOOL",
+        "start_time": "2026-11-30T04:38:36.357296+00:00",
+        "end_time": "2026-11-30T04:38:36.957296+00:00",
+        "status_code": "ERROR",
         "attributes": {"gen_ai.operation.name": "execute_tool", "tool.name": "lookup"},
     }
     span = span_from_phoenix(raw)

@@ -71,7 +71,9 @@ def test_redirects_are_followed_within_the_origin_only(
         assert client.get(f"{base}/moved").status == 200
     assert one.seen == [("/moved", "secret"), ("/final", "secret")]
     one.location = f"http://127.0.0.1:{other.server_address[1]}/steal"
-    with HttpClient("jaeger", options) as client, \
-            pytest.raises(SourceError, match="redirected to another origin"):
+    with (
+        HttpClient("jaeger", options) as client,
+        pytest.raises(SourceError, match="redirected to another origin"),
+    ):
         client.get(f"{base}/moved")
     assert other.seen == []  # the key never went to the other origin

@@ -85,9 +85,7 @@ def normalize_span_id(text: str) -> str:
 
 def decoded_from_spans(spans: list[Span]) -> Decoded:
     """Wraps spans that a backend-specific converter built, counting them as a decode would."""
-    genai = sum(
-        1 for s in spans if is_genai_candidate(s.name, s.attributes.keys(), s.scope_name)
-    )
+    genai = sum(1 for s in spans if is_genai_candidate(s.name, s.attributes.keys(), s.scope_name))
     return Decoded(spans=spans, span_count=len(spans), genai_span_count=genai)
 
 

@@ -51,9 +51,7 @@ _MAX_REDIRECTS = 5
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), parts.port or (443 if scheme == "https"
-                                                                   else 80)
-
+    return scheme, (parts.hostname or "").lower(), parts.port or (443 if scheme == "https" else 80)
 
 
 def parse_headers(values: Iterable[str]) -> tuple[tuple[str, str], ...]:
@@ -258,9 +256,7 @@ class HttpClient:
                 )
         except httpx2.TimeoutException as e:
             phase = "connect" if isinstance(e, httpx2.ConnectTimeout) else "answer"
-            raise SourceError(
-                f"{where}: no {phase} within {timeout_s:g}s (--timeout)"
-            ) from None
+            raise SourceError(f"{where}: no {phase} within {timeout_s:g}s (--timeout)") from None
         except httpx2.ConnectError as e:
             raise SourceError(f"cannot connect to {where}: {_connect_reason(e)}") from None
         except httpx2.RemoteProtocolError as e:
@@ -271,9 +267,7 @@ class HttpClient:
         except httpx2.DecodingError as e:
             raise SourceError(f"{where}: cannot decompress the response: {e}") from None
         except httpx2.UnsupportedProtocol:
-            raise UsageError(
-                f"{self.backend} URL {url!r}: expected http:// or https://"
-            ) from None
+            raise UsageError(f"{self.backend} URL {url!r}: expected http:// or https://") from None
         except httpx2.InvalidURL as e:
             raise UsageError(f"{self.backend} URL {url!r} is not valid: {e}") from None
         except httpx2.HTTPError as e:

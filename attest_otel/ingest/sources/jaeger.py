@@ -141,7 +141,7 @@ class JaegerSource:
         except (ValueError, UnicodeDecodeError) as e:
             raise _unexpected(self.location, r, f"not JSON ({e})") from None
         if not isinstance(body, dict) or not isinstance(body.get("data"), list | None):
-            raise _unexpected(self.location, r, "expected {\"data\": [trace, ...]}")
+            raise _unexpected(self.location, r, 'expected {"data": [trace, ...]}')
         errors = body.get("errors") or []
         traces = body.get("data") or []
         if not traces:
@@ -189,9 +189,7 @@ def _span(raw: dict[str, Any], resources: dict[str, dict[str, Any]]) -> Span:
         del attributes["error"]
     message = str(attributes.get("otel.status_description", ""))
     scope_name = attributes.get("otel.scope.name", attributes.get("otel.library.name", ""))
-    scope_version = attributes.get(
-        "otel.scope.version", attributes.get("otel.library.version", "")
-    )
+    scope_version = attributes.get("otel.scope.version", attributes.get("otel.library.version", ""))
     for key in _SYNTHETIC_TAGS.intersection(attributes):
         del attributes[key]
     start_us = int(raw.get("startTime") or 0)

@@ -172,8 +172,7 @@ class PhoenixSource:
             ) from None
         if not isinstance(body, dict):
             raise SourceError(
-                f"unexpected body from phoenix at {self.base_url} ({r.url}): "
-                "expected a JSON object"
+                f"unexpected body from phoenix at {self.base_url} ({r.url}): expected a JSON object"
             )
         return body
 
@@ -224,8 +223,10 @@ def _listify(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     items = {k: _listify(v) for k, v in node.items()}
-    if items and all(k.isdigit() for k in items) and sorted(map(int, items)) == list(
-        range(len(items))
+    if (
+        items
+        and all(k.isdigit() for k in items)
+        and sorted(map(int, items)) == list(range(len(items)))
     ):
         return [items[str(i)] for i in range(len(items))]
     return items

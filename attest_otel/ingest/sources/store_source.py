@@ -37,8 +37,12 @@ class StoreSource:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.target: str | Path = (
-            path if isinstance(path, str) and is_url(path)
-            else Path(path).expanduser() if path else default_store_path())
+            path
+            if isinstance(path, str) and is_url(path)
+            else Path(path).expanduser()
+            if path
+            else default_store_path()
+        )
         self.location = redact(self.target)
         self.path: Path | str = self.target if isinstance(self.target, Path) else self.location
         """The SQLite file, or the URL as messages show it (without its password)."""
@@ -64,17 +68,18 @@ class StoreSource:
                 self._shared = open_store(self.target, readonly=True)
             return question(self._shared)
         except psycopg.Error as e:
-            raise SourceError(f"{self.location}: cannot {what}: {' '.join(str(e).split())}"
-                              ) from None
+            raise SourceError(
+                f"{self.location}: cannot {what}: {' '.join(str(e).split())}"
+            ) from None
 
-    def summary(self, since_ns: int | None, until_ns: int,
-                limit: int = 10) -> GradeSummary | None:
+    def summary(self, since_ns: int | None, until_ns: int, limit: int = 10) -> GradeSummary | None:
         """The window counted by the store itself, when it can (PostgreSQL); else None and
         `report` counts the rows of `grades_since`."""
         if not is_url(self.target):
             return None
         counted: GradeSummary = self._read(
-            "count grades", lambda store: store.summary(since_ns, until_ns, limit))
+            "count grades", lambda store: store.summary(since_ns, until_ns, limit)
+        )
         return counted
 
     def fetch(self, trace_id: str) -> Decoded:
