@@ -26,8 +26,10 @@ proto: setup
 	$(BIN)/python tools/gen_proto.py
 
 lint: setup
-	$(BIN)/ruff check attest_otel tests bench
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check --quiet .
 	$(BIN)/mypy --strict attest_otel
+	@out=$$($(BIN)/lint-imports --no-cache 2>&1) || { echo "$$out"; exit 1; }; echo "$$out" | tail -n 1
 
 # Debian's prometheus and chromium are real test peers: installed when root, else their tests
 # are skipped and named in the last line of the run (a failure under CI=true).

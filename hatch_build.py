@@ -12,7 +12,7 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tools.gen_proto import generate  # noqa: E402
+from tools.gen_proto import generate
 
 
 class ProtoBuildHook(BuildHookInterface):  # type: ignore[misc]

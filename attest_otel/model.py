@@ -96,6 +96,11 @@ class Run:
     name and span status only, so nothing can be asked of a model about them, and a clean
     grade means less than it says. Written to run JSON only when False, so attest's own run
     files stay as they were."""
+    gaps: list[str] = field(default_factory=list)
+    """What kept this run from being read whole, one reason each (a call the model asked for
+    that nothing accounts for, a tool-like span no dialect claimed, content not received, a
+    span refused or cut). A run with gaps is never a plain `pass`: the rules make it
+    `review` with these reasons (docs/rules.md). Written to run JSON only when non-empty."""
 
     @property
     def tool_calls(self) -> list[tuple[int, ToolCall]]:
@@ -145,6 +150,60 @@ class CheckResult:
             "findings": [f.to_dict() for f in self.findings],
             "metadata": dict(self.metadata),
         }
+
+
+# --- spans, as every reader after ingest sees them -------------------------------------
+# The light span: ids as hex, attributes as plain Python values. Only spans that may matter
+# to grading are built as `Span`s; the decoders recognise the rest from a few attributes and
+# leave them as they came (see `ingest.decode`). It lives here, beside the run, because every
+# stage after ingest reads it and none of them should depend on ingest for a type.
+
+STATUS_UNSET = 0
+STATUS_OK = 1
+STATUS_ERROR = 2
+
+
+@dataclass(slots=True)
+class Event:
+    name: str
+    time_ns: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Span:
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    name: str
+    start_ns: int = 0
+    end_ns: int = 0
+    kind: int = 0
+    status_code: int = STATUS_UNSET
+    status_message: str = ""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    resource: dict[str, Any] = field(default_factory=dict)
+    scope_name: str = ""
+    scope_version: str = ""
+    source: Any = field(default=None, repr=False, compare=False)
+    """Where the span came from (e.g. the protobuf Span), so export can annotate it in place."""
+
+    @property
+    def is_error(self) -> bool:
+        return self.status_code == STATUS_ERROR
+
+
+@dataclass(slots=True)
+class LogRecord:
+    """A log record tied to a span: old GenAI conventions put message content in log events."""
+
+    trace_id: str
+    span_id: str
+    event_name: str
+    time_ns: int
+    body: Any = None
+    attributes: dict[str, Any] = field(default_factory=dict)
 
 
 def output_text(output: JSONValue) -> str:

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from attest_otel.adapt import TraceRuns, runs_from_spans
-from attest_otel.config import Policy
 from attest_otel.grade.grader import grade
 from attest_otel.grade.questions import Judge
 from attest_otel.ingest.decode import decode_file, hydrate
-from attest_otel.ingest.span import LogRecord, Span
-from attest_otel.model import CheckResult, Finding, Run
+from attest_otel.model import CheckResult, Finding, LogRecord, Run, Span
+from attest_otel.policy import Policy
 
 __all__ = ["GradedRun", "GradedTrace", "Reading", "grade_traces", "read", "read_file"]
 

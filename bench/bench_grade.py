@@ -68,11 +68,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from attest_otel.adapt import runs_from_spans  # noqa: E402
-from attest_otel.config import ANY_AGENT, AgentPolicy, Policy  # noqa: E402
 from attest_otel.grade.grader import grade  # noqa: E402
 from attest_otel.ingest.decode import decode_bytes  # noqa: E402
-from attest_otel.ingest.span import LogRecord  # noqa: E402
-from attest_otel.ingest.span import Span as OurSpan  # noqa: E402
+from attest_otel.model import LogRecord  # noqa: E402
+from attest_otel.model import Span as OurSpan  # noqa: E402
+from attest_otel.policy import ANY_AGENT, AgentPolicy, Policy  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 PEER_SPANS_PER_S = 6_600

@@ -127,7 +127,7 @@ def main() -> None:
             f"loaded {args.runs:,} runs ({rows:,} grade_calls rows) with COPY in "
             f"{time.perf_counter() - t0:.1f}s"
         )
-        from attest_otel.report import report_from_counts
+        from attest_otel.report.stats import report_from_counts
         from attest_otel.store.postgres import PostgresStore
 
         store = PostgresStore(url, readonly=True)

@@ -28,16 +28,24 @@ CASES = [
 def run(tracer: Tracer, task: str, tools: list[tuple[str, str | None]], answer: str) -> None:
     messages = [{"role": "user", "parts": [{"type": "text", "content": task}]}]
     output = [{"role": "assistant", "parts": [{"type": "text", "content": answer}]}]
-    with tracer.start_as_current_span("invoke_agent billing_agent", attributes={
-        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "billing_agent",
-        "gen_ai.input.messages": json.dumps(messages),
-        "gen_ai.output.messages": json.dumps(output),
-        "attest.tool_fallbacks": json.dumps({"charge_card": ["pay_with_paypal"]}),
-    }):
+    with tracer.start_as_current_span(
+        "invoke_agent billing_agent",
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "billing_agent",
+            "gen_ai.input.messages": json.dumps(messages),
+            "gen_ai.output.messages": json.dumps(output),
+            "attest.tool_fallbacks": json.dumps({"charge_card": ["pay_with_paypal"]}),
+        },
+    ):
         for name, result in tools:
-            with tracer.start_as_current_span(f"execute_tool {name}", attributes={
-                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-            }) as span:
+            with tracer.start_as_current_span(
+                f"execute_tool {name}",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": name,
+                },
+            ) as span:
                 if result is None:
                     span.set_status(Status(StatusCode.ERROR, f"{name}: service unavailable"))
                 else:

@@ -6,17 +6,17 @@ import json
 
 import pytest
 
-from attest_otel.report import (
+from attest_otel.report.stats import (
     NO_AGENT,
     GradeRecord,
     build_report,
     pass_rates_by_agent,
     pass_rates_by_tool,
-    render_text,
     top_problems,
     wilson_interval,
     worst_runs,
 )
+from attest_otel.report.text import render_text
 
 
 @pytest.mark.parametrize(

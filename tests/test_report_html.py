@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 from attest_otel.cli import main
-from attest_otel.report import GradeRecord, build_report
-from attest_otel.report_html import render_html
+from attest_otel.report.html import render_html
+from attest_otel.report.stats import GradeRecord, build_report
 from attest_otel.store import StoredGrade, TraceStore
 from tests.needs import program
 

@@ -113,7 +113,7 @@ def score(label_path: Path) -> tuple[dict[str, int], list[str]]:
 
 def main(argv: list[str]) -> int:
     global DIALECTS
-    from attest_otel.dialect_config import load_dialects
+    from attest_otel.adapt.dialect_config import load_dialects
     from attest_otel.errors import PolicyError
 
     argv = list(argv)
@@ -147,7 +147,10 @@ def main(argv: list[str]) -> int:
         if detail:
             for n in notes:
                 print(f"  {path.name.removesuffix('.labels.json')}: {n}")
-    header = f"{'framework':40} {'calls right':>12} {'task':>9} {'answer':>9} {'runs right':>11} {'extra':>6}"
+    header = (
+        f"{'framework':40} {'calls right':>12} {'task':>9} {'answer':>9}"
+        f" {'runs right':>11} {'extra':>6}"
+    )
     print(header)
     grand: dict[str, int] = defaultdict(int)
     for fw, s in sorted(totals.items()):

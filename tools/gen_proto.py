@@ -1,4 +1,4 @@
-"""Generate attest_otel/_proto from proto/ with grpc_tools (used by the build hook and `make proto`)."""
+"""Generate attest_otel/_proto from proto/ with grpc_tools (for the build hook and `make proto`)."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ from attest_otel.adapt.messages import (
     parse_tool_definitions,
     tool_definition,
 )
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 SCOPE = "gcp.vertex.agent"
 _P = "gcp.vertex.agent."

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 REDACTED = "__REDACTED__"
 """OpenInference's stand-in for hidden content: unknown, not empty."""

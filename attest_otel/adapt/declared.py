@@ -40,7 +40,7 @@ from attest_otel.adapt.base import (
     clean_id,
     loads_lenient,
 )
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 __all__ = ["Cond", "DeclaredDialect", "Rule", "Source"]
 

@@ -19,7 +19,7 @@ from attest_otel.adapt.openllmetry import OpenLLMetry
 from attest_otel.adapt.pydantic_ai import PydanticAI
 from attest_otel.adapt.strands import Strands
 from attest_otel.adapt.vercel import VercelGenAI, VercelLegacy
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
 
 _OPENINFERENCE = OpenInference()
 _OPENLLMETRY = OpenLLMetry()

@@ -49,7 +49,7 @@ from attest_otel.adapt.messages import (
     system_text,
     task_in_items,
 )
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 OP = "gen_ai.operation.name"
 

@@ -35,7 +35,7 @@ from attest_otel.adapt.base import (
     python_literal,
     strip_method,
 )
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 __all__ = ["GENERIC", "Generic", "bare_name", "protocol_span"]
 

@@ -30,7 +30,7 @@ from attest_otel.adapt.messages import (
     parse_message,
     parse_messages,
 )
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 _KIND_ROLES = {
     "llm": Role.MODEL,

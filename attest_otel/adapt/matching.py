@@ -27,8 +27,7 @@ from attest_otel.adapt.base import (
     event_exception_text,
 )
 from attest_otel.adapt.tree import Logs, Node, RunBuild, inside
-from attest_otel.ingest.span import STATUS_ERROR, Span
-from attest_otel.model import ToolCall, json_safe, output_text
+from attest_otel.model import STATUS_ERROR, Span, ToolCall, json_safe, output_text
 
 
 @dataclass(slots=True)

@@ -35,7 +35,7 @@ from attest_otel.adapt.base import (
     policy_attrs,
 )
 from attest_otel.adapt.messages import indexed, norm_role, parse_message, tool_definition
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 _KIND_ROLES = {
     "agent": Role.AGENT,

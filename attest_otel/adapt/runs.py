@@ -51,8 +51,7 @@ from attest_otel.adapt.matching import (
 )
 from attest_otel.adapt.span_policy import from_span
 from attest_otel.adapt.tree import CALLS, Node, RunBuild, depths, run_builds, up
-from attest_otel.ingest.span import LogRecord, Span
-from attest_otel.model import Run, Step
+from attest_otel.model import LogRecord, Run, Span, Step
 
 __all__ = ["TraceRuns", "runs_from_spans"]
 

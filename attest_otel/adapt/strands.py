@@ -30,7 +30,7 @@ from attest_otel.adapt.base import (
     span_name_suffix,
 )
 from attest_otel.adapt.messages import parse_messages
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 SCOPE = "strands.telemetry.tracer"
 PROVIDER = "strands-agents"

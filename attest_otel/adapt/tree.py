@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attest_otel.adapt.base import Dialect, Exchange, Role, Want
-from attest_otel.ingest.span import LogRecord, Span
-from attest_otel.model import Run
+from attest_otel.model import LogRecord, Run, Span
 
 __all__ = [
     "CALLS",

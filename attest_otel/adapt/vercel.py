@@ -45,7 +45,7 @@ from attest_otel.adapt.messages import (
     task_in,
     tool_definition,
 )
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 POLICY_PREFIXES = ("ai.telemetry.metadata.", "ai.settings.context.", "ai.settings.runtimeContext.")
 

@@ -57,7 +57,7 @@ from attest_otel.ingest.sanitize import (
     truncate_decoded,
     truncate_span,
 )
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 logger = logging.getLogger(__name__)
 

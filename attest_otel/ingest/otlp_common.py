@@ -6,7 +6,7 @@ import base64
 import binascii
 import dataclasses
 
-from attest_otel.ingest.span import Event, Span
+from attest_otel.model import Event, Span
 
 TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8
@@ -53,7 +53,7 @@ if (
     tuple(f.name for f in dataclasses.fields(Span)) != SPAN_FIELDS
     or tuple(f.name for f in dataclasses.fields(Event)) != EVENT_FIELDS
 ):  # pragma: no cover - a guard for whoever edits ingest/span.py
-    raise ImportError("ingest.span.Span/Event fields changed: update the walkers' Span(...) calls")
+    raise ImportError("model.Span/Event fields changed: update the walkers' Span(...) calls")
 
 
 class MalformedOTLP(Exception):

@@ -47,7 +47,7 @@ from attest_otel.ingest.otlp_common import (
     base64_to_bytes,
     text_id_to_hex,
 )
-from attest_otel.ingest.span import Event, LogRecord, Span
+from attest_otel.model import Event, LogRecord, Span
 
 if tuple(f.name for f in dataclasses.fields(LogRecord)) != (
     "trace_id",
@@ -57,7 +57,7 @@ if tuple(f.name for f in dataclasses.fields(LogRecord)) != (
     "body",
     "attributes",
 ):  # pragma: no cover - a guard for whoever edits ingest/span.py
-    raise ImportError("ingest.span.LogRecord fields changed: update walk_logs' LogRecord(...)")
+    raise ImportError("model.LogRecord fields changed: update walk_logs' LogRecord(...)")
 
 JsonObject = dict[str, Any]
 

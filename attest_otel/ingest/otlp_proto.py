@@ -32,7 +32,7 @@ from attest_otel.ingest.otlp_common import (
     bytes_id_to_hex,
 )
 from attest_otel.ingest.otlp_keyscan import ScopeKeyScan
-from attest_otel.ingest.span import Event, LogRecord, Span
+from attest_otel.model import Event, LogRecord, Span
 
 _SCALARS = frozenset({"bool_value", "int_value", "double_value", "bytes_value"})
 

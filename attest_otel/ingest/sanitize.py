@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any
 
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 DEFAULT_MAX_ATTRIBUTE_CHARS = 4 * 1024 * 1024
 """Default cut-off for one string value (characters; bytes for bytes values): 4 Mi, well

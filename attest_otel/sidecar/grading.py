@@ -33,7 +33,6 @@ import attest_otel.adapt
 import attest_otel.export.annotate
 import attest_otel.grade.grader
 import attest_otel.ingest.decode  # noqa: F401
-from attest_otel.config import load_policy
 from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.annotate import GRADE_MARKS, annotate_spans, annotation_bytes
 from attest_otel.export.log_records import log_records
@@ -41,6 +40,7 @@ from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_request
 from attest_otel.model import CheckResult, Run, Step, ToolCall
 from attest_otel.pipeline import Reading, grade_traces
+from attest_otel.policy import load_policy
 from attest_otel.sidecar.buffer import HeldTrace
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate

@@ -38,12 +38,12 @@ from typing import Any
 
 from attest_otel import semconv
 from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc
-from attest_otel.config import Policy, load_policy
 from attest_otel.errors import PolicyError
 from attest_otel.export.telemetry import ExportTls, build_telemetry, package_version
 from attest_otel.grade.llm import AnthropicJudge, judge_from_env
 from attest_otel.grade.questions import Judge
 from attest_otel.model import CheckResult, Run
+from attest_otel.policy import Policy, load_policy
 from attest_otel.sidecar.api import GraderApi
 from attest_otel.sidecar.buffer import HeldTrace, SpanFacts, TraceBuffer
 from attest_otel.sidecar.config import ServiceConfig, parse_host_port, read_token

@@ -6,8 +6,7 @@ import json
 from typing import Any
 
 from attest_otel.adapt import TraceRuns, runs_from_spans
-from attest_otel.ingest.span import STATUS_ERROR, STATUS_UNSET, Event, LogRecord, Span
-from attest_otel.model import Run, ToolCall
+from attest_otel.model import STATUS_ERROR, STATUS_UNSET, Event, LogRecord, Run, Span, ToolCall
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 

@@ -16,11 +16,11 @@ import pytest
 
 from attest_otel.adapt import Role
 from attest_otel.adapt.declared import DeclaredDialect
-from attest_otel.config import Policy, parse_policy
-from attest_otel.dialect_config import load_dialects, parse_dialects
+from attest_otel.adapt.dialect_config import load_dialects, parse_dialects
 from attest_otel.errors import PolicyError
 from attest_otel.grade import grader
 from attest_otel.pipeline import Reading, read_file
+from attest_otel.policy import Policy, parse_policy
 from tests.adapt import test_fixtures
 from tests.adapt.spans import Trace, calls, event, js, names
 

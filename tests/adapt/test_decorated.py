@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from attest_otel.adapt.base import PY_LITERAL_LIMIT, python_literal
-from attest_otel.config import AgentPolicy, Policy
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
+from attest_otel.policy import AgentPolicy, Policy
 from tests.adapt.spans import Trace, event, js
 
 

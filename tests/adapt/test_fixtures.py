@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from attest_otel.adapt.dialect_config import load_dialects
 from attest_otel.adapt.explain import gaps
-from attest_otel.dialect_config import load_dialects
 from attest_otel.grade import grader, rules
 from attest_otel.model import Run
 from tests.fixtures.labels import rebuild

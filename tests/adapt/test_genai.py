@@ -6,7 +6,7 @@ from typing import Any
 
 from attest_otel.adapt import Role, detect
 from attest_otel.adapt.genai import GenAI
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
 from tests.adapt.spans import Trace, calls, event, js, names
 
 SYSTEM = [{"type": "text", "content": "You are a billing agent."}]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
 from tests.adapt.spans import Trace, js
 
 AGENT = {

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from attest_otel.adapt import runs_from_spans
-from attest_otel.config import AgentPolicy, Policy
 from attest_otel.ingest.decode import decode_file
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
 from attest_otel.pipeline import read_file
+from attest_otel.policy import AgentPolicy, Policy
 from tests.adapt.spans import Trace, calls, event, js, names
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "traces"

@@ -31,7 +31,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeL
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from attest_otel.ingest.span import Span as DecodedSpan
+from attest_otel.model import Span as DecodedSpan
 from tests.otlp_encodings import (
     length_prefixed,
     otlp_json_dict,

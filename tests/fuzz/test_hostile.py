@@ -50,8 +50,7 @@ from attest_otel.ingest.decode import (
     decode_bytes,
     decode_request,
 )
-from attest_otel.ingest.span import STATUS_ERROR, Span
-from attest_otel.model import Run
+from attest_otel.model import STATUS_ERROR, Run, Span
 from tests.fuzz import oracle
 
 MiB = 1024 * 1024

@@ -20,8 +20,7 @@ from attest_otel.errors import InputError
 from attest_otel.grade.grader import grade
 from attest_otel.grade.rules import assess, find_recovery
 from attest_otel.ingest.decode import decode_bytes
-from attest_otel.ingest.span import STATUS_ERROR, Span
-from attest_otel.model import Run, Step, ToolCall, read_runs
+from attest_otel.model import STATUS_ERROR, Run, Span, Step, ToolCall, read_runs
 from tests.fuzz import oracle
 
 CRASHES = Path(__file__).parent / "crashes"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from attest_otel.ingest.candidate import GENAI_NAME_SUFFIXES, is_genai_candidate, is_genai_log
 from attest_otel.ingest.decode import decode_bytes
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
 
 CASES: list[tuple[str, str, list[str], str, bool]] = [
     # (id, span name, attribute keys, scope name, candidate?)

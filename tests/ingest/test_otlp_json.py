@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from attest_otel.ingest import otlp_json
 from attest_otel.ingest.otlp_common import MalformedOTLP
 from attest_otel.ingest.sanitize import may_hold_lone_surrogates
-from attest_otel.ingest.span import LogRecord, Span
+from attest_otel.model import LogRecord, Span
 
 T = "0af7651916cd43dd8448eb211c80319c"
 

@@ -20,8 +20,8 @@ from attest_otel.adapt import runs_from_spans
 from attest_otel.errors import SourceError
 from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_file, hydrate
-from attest_otel.ingest.sources import HttpOptions, TraceNotFoundError, parse_source
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
+from attest_otel.sources import HttpOptions, TraceNotFoundError, parse_source
 from tests.sources import shapes
 
 PROJECT = "attest-otel-test"
@@ -148,7 +148,7 @@ def test_grade_from_source_prints_the_grade_of_a_phoenix_trace(
 ) -> None:
     import click
 
-    from attest_otel.cli_sources import grade_from_source
+    from attest_otel.cli.sources import grade_from_source
 
     name = "strands__unrecovered_ignores"
     original = sent[name]

@@ -24,9 +24,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from attest_otel import semconv
 from attest_otel.cli import main
-from attest_otel.config import load_policy
-from attest_otel.ingest.sources.store_source import StoreSource
 from attest_otel.pipeline import Reading, grade_traces
+from attest_otel.policy import load_policy
+from attest_otel.sources.store_source import StoreSource
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import Sidecar, attr
 from tests.sidecar.test_wire import _fixture_requests

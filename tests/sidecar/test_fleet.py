@@ -24,8 +24,8 @@ from click.testing import CliRunner
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from attest_otel.cli import main
-from attest_otel.config import load_policy
 from attest_otel.pipeline import Reading, read_file
+from attest_otel.policy import load_policy
 from tests.pg import PASSWORD, USER, Postgres
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import Sidecar

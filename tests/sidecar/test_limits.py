@@ -22,11 +22,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 from attest_otel.content import ContentPolicy
 from attest_otel.errors import PolicyError, UsageError
 from attest_otel.export.metrics import LabelCap
-from attest_otel.ingest.sources.http import parse_headers
 from attest_otel.sidecar.buffer import TraceBuffer, service_name
 from attest_otel.sidecar.config import BufferConfig, load_service_config
 from attest_otel.sidecar.wal import BufferDirError, DurableLog
 from attest_otel.sidecar.wire import split_request
+from attest_otel.sources.http import parse_headers
 from attest_otel.store import StoredGrade, StoreWriter, TraceStore
 
 NS = 1_000_000_000

@@ -224,7 +224,7 @@ def test_the_readme_table_states_each_default_as_the_dataclasses_define_it() -> 
 
 
 def test_every_serve_flag_is_a_config_key_and_the_readme_names_it() -> None:
-    from attest_otel.cli_serve import serve
+    from attest_otel.cli.serve import serve
 
     flags = {p.name for p in serve.params} - {"config_path", "log_level"}
     assert flags == set(FLAG_KEYS)

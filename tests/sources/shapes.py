@@ -22,7 +22,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from attest_otel.ingest.decode import decode_file, hydrate
-from attest_otel.ingest.span import Event, Span
+from attest_otel.model import Event, Span
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from attest_otel.adapt import runs_from_spans
 from attest_otel.cli import main
-from attest_otel.cli_sources import (
+from attest_otel.cli.sources import (
     load_trace,
     parse_duration,
     progress,

@@ -9,9 +9,9 @@ import pytest
 
 from attest_otel.errors import SourceError
 from attest_otel.ingest.decode import hydrate
-from attest_otel.ingest.sources import TraceNotFoundError, fetch, parse_source
-from attest_otel.ingest.sources.file import FileSource
-from attest_otel.ingest.sources.store_source import StoreSource
+from attest_otel.sources import TraceNotFoundError, fetch, parse_source
+from attest_otel.sources.file import FileSource
+from attest_otel.sources.store_source import StoreSource
 from attest_otel.store import StoredGrade, TraceStore
 from tests.sources import shapes
 

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from attest_otel.errors import SourceError, UsageError
-from attest_otel.ingest.sources import (
+from attest_otel.sources import (
     HttpOptions,
     normalize_trace_id,
     parse_headers,
     parse_source,
 )
-from attest_otel.ingest.sources.http import HttpClient
-from attest_otel.ingest.sources.store_source import StoreSource
+from attest_otel.sources.http import HttpClient
+from attest_otel.sources.store_source import StoreSource
 from tests.sources.fake_http import FakeBackend, Reply
 
 

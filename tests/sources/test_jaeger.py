@@ -13,9 +13,9 @@ from attest_otel.adapt import runs_from_spans
 from attest_otel.errors import SourceError
 from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import hydrate
-from attest_otel.ingest.sources import HttpOptions, TraceNotFoundError, parse_source
-from attest_otel.ingest.sources.jaeger import JaegerSource, spans_from_classic
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
+from attest_otel.sources import HttpOptions, TraceNotFoundError, parse_source
+from attest_otel.sources.jaeger import JaegerSource, spans_from_classic
 from tests.sources import shapes
 from tests.sources.fake_http import FakeBackend, Reply, refused_url
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from attest_otel.errors import SourceError
-from attest_otel.ingest.sources import HttpOptions, TraceNotFoundError, parse_source
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
+from attest_otel.sources import HttpOptions, TraceNotFoundError, parse_source
 from tests.sources import shapes
 from tests.sources.fake_http import FakeBackend, Reply, Seen
 
@@ -129,7 +129,7 @@ def test_a_phoenix_too_old_for_the_spans_route_is_named(backend: FakeBackend) ->
 
 
 def test_json_string_attributes_phoenix_flattened_are_put_back_as_json() -> None:
-    from attest_otel.ingest.sources.phoenix import restore_json_attributes
+    from attest_otel.sources.phoenix import restore_json_attributes
 
     restored = restore_json_attributes(
         {
@@ -163,7 +163,7 @@ def test_json_string_attributes_phoenix_flattened_are_put_back_as_json() -> None
 
 
 def test_a_genai_span_does_not_get_phoenixs_openinference_kind() -> None:
-    from attest_otel.ingest.sources.phoenix import span_from_phoenix
+    from attest_otel.sources.phoenix import span_from_phoenix
 
     raw = {
         "name": "execute_tool lookup",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from attest_otel.errors import SourceError
-from attest_otel.ingest.sources.http import HttpClient, HttpOptions
+from attest_otel.sources.http import HttpClient, HttpOptions
 
 
 class _Server(ThreadingHTTPServer):

@@ -9,9 +9,9 @@ import pytest
 
 from attest_otel.errors import SourceError
 from attest_otel.ingest.decode import hydrate
-from attest_otel.ingest.sources import HttpOptions, TraceNotFoundError
-from attest_otel.ingest.sources.tempo import TempoSource
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
+from attest_otel.sources import HttpOptions, TraceNotFoundError
+from attest_otel.sources.tempo import TempoSource
 from tests.sources import shapes
 from tests.sources.fake_http import FakeBackend, Reply
 

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 from attest_otel.errors import UsageError
 from attest_otel.ingest.decode import Decoded
-from attest_otel.ingest.sources.base import Source as Source
-from attest_otel.ingest.sources.base import TraceNotFoundError as TraceNotFoundError
-from attest_otel.ingest.sources.base import normalize_trace_id as normalize_trace_id
-from attest_otel.ingest.sources.file import FileSource
-from attest_otel.ingest.sources.http import HttpOptions as HttpOptions
-from attest_otel.ingest.sources.http import parse_headers as parse_headers
-from attest_otel.ingest.sources.jaeger import JaegerSource
-from attest_otel.ingest.sources.phoenix import PhoenixSource
-from attest_otel.ingest.sources.store_source import StoreSource
-from attest_otel.ingest.sources.tempo import TempoSource
+from attest_otel.sources.base import Source as Source
+from attest_otel.sources.base import TraceNotFoundError as TraceNotFoundError
+from attest_otel.sources.base import normalize_trace_id as normalize_trace_id
+from attest_otel.sources.file import FileSource
+from attest_otel.sources.http import HttpOptions as HttpOptions
+from attest_otel.sources.http import parse_headers as parse_headers
+from attest_otel.sources.jaeger import JaegerSource
+from attest_otel.sources.phoenix import PhoenixSource
+from attest_otel.sources.store_source import StoreSource
+from attest_otel.sources.tempo import TempoSource
 
 __all__ = [
     "SOURCE_KINDS",

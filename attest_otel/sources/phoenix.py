@@ -28,15 +28,15 @@ from urllib.parse import quote, urldefrag
 
 from attest_otel.errors import SourceError
 from attest_otel.ingest.decode import Decoded
-from attest_otel.ingest.sources.base import (
+from attest_otel.model import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
+from attest_otel.sources.base import (
     TraceNotFoundError,
     decoded_from_spans,
     join_url,
     normalize_trace_id,
     parse_hex_id,
 )
-from attest_otel.ingest.sources.http import HttpClient, HttpOptions, Response
-from attest_otel.ingest.span import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
+from attest_otel.sources.http import HttpClient, HttpOptions, Response
 
 __all__ = [
     "MAX_PAGES",

@@ -18,7 +18,7 @@ import click
 
 from attest_otel.adapt import TraceRuns
 from attest_otel.adapt.explain import SpanReading, gaps
-from attest_otel.cli_sources import load_trace, trace_source_options
+from attest_otel.cli.sources import load_trace, trace_source_options
 from attest_otel.errors import UsageError
 
 
@@ -47,9 +47,9 @@ def inspect(
     """Show how each span of a trace was read, and what content is missing."""
     # Imported when the command runs: the decoders and readers load protobuf and every
     # dialect, which `attest-otel --help` need not wait for.
-    from attest_otel.config import Policy, load_policy
     from attest_otel.ingest.decode import decode_file
     from attest_otel.pipeline import Reading, read
+    from attest_otel.policy import Policy, load_policy
 
     if (file is None) == (trace_id is None):
         raise UsageError("inspect takes --file PATH or --trace-id ID (they exclude each other)")

@@ -16,7 +16,7 @@ from attest_otel.errors import TraceNotFoundError as TraceNotFoundError
 from attest_otel.errors import UsageError
 from attest_otel.ingest.candidate import is_genai_candidate
 from attest_otel.ingest.decode import Decoded
-from attest_otel.ingest.span import Span
+from attest_otel.model import Span
 
 __all__ = [
     "Source",

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from attest_otel.adapt.span_policy import parse_fallbacks_value, parse_tools_value
-from attest_otel.config import AgentPolicy, Policy, load_policy, parse_policy
 from attest_otel.errors import InputError, PolicyError
+from attest_otel.policy import AgentPolicy, Policy, load_policy, parse_policy
 
 EXAMPLE = """\
 agents:

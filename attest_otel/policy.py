@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from yaml.nodes import Node, ScalarNode, SequenceNode
 
+from attest_otel.adapt.dialect_config import DialectChecker
 from attest_otel.adapt.span_policy import from_span
-from attest_otel.dialect_config import DialectChecker
 from attest_otel.errors import PolicyError
 from attest_otel.yamlcheck import STR_TAG, Checker, compose, is_null, kind, read_text
 

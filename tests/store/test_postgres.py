@@ -15,18 +15,18 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from attest_otel import report as reporting
 from attest_otel.cli import main
-from attest_otel.config import load_policy
 from attest_otel.errors import SourceError, UsageError
 from attest_otel.pipeline import Reading, grade_traces
+from attest_otel.policy import load_policy
+from attest_otel.report import stats as reporting
 from attest_otel.store import StoredGrade, open_store, open_writer, part_digest
 from attest_otel.store.postgres import PostgresStore
 from attest_otel.store.shared_writer import SharedStoreWriter
 from tests.pg import Postgres
 
 NS = 1_000_000_000
-TRACES = Path(__file__).parent / "fixtures" / "traces"
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
 
 
 def _grade(trace_id: str, span_id: str, verdict: str = "pass", **extra: Any) -> StoredGrade:

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from attest_otel.cli import main
 from tests.fakes.otlp_server import OtlpGrpcReceiver
 
-TRACES = Path(__file__).parent / "fixtures" / "traces"
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
 
 
 @pytest.fixture

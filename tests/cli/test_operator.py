@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from attest_otel.cli import main
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples"
 TRACE = EXAMPLES / "traces" / "langgraph_unrecovered.json"
 

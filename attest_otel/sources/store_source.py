@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from attest_otel.errors import InputError, SourceError
 from attest_otel.ingest.decode import Decoded, decode_bytes
-from attest_otel.ingest.sources.base import TraceNotFoundError, normalize_trace_id, only_trace
+from attest_otel.sources.base import TraceNotFoundError, normalize_trace_id, only_trace
 from attest_otel.store import (
     GradeSummary,
     Store,

@@ -1,7 +1,8 @@
 """`attest-otel report`: how the agents did over a window, with honest error bars.
 
 Pure functions over stored grades (one `CheckResult` JSON per run, with its agent, trace id
-and time), and a plain-text renderer. No I/O here: the CLI reads the store and prints.
+and time); `report.text` and `report.html` render what they build. No I/O here: the CLI
+reads the store and prints.
 
 Why Wilson intervals: a pass rate from 3 runs and one from 3,000 must not look alike. The
 Wilson score interval stays inside [0, 1] and keeps sensible coverage at small counts and
@@ -34,11 +35,11 @@ __all__ = [
     "WorstRun",
     "build_report",
     "errors_by_recovery",
+    "iso_time",
     "pass_rates_by_agent",
     "pass_rates_by_tool",
-    "render_text",
+    "percent",
     "report_from_counts",
-    "table",
     "top_problems",
     "verdicts_by_tool",
     "wilson_interval",
@@ -231,14 +232,14 @@ class Report:
             return out
 
         return {
-            "since": _iso(self.since_ns) if self.since_ns is not None else None,
-            "until": _iso(self.until_ns),
+            "since": iso_time(self.since_ns) if self.since_ns is not None else None,
+            "until": iso_time(self.until_ns),
             "confidence": 0.95,
             "runs": rate(self.overall),
             "agents": [rate(r) for r in self.agents],
             "tools": [rate(r) for r in self.tools],
             "problems": [asdict(p) for p in self.problems],
-            "worst_runs": [{**asdict(w), "graded_at": _iso(w.graded_ns)} for w in self.worst],
+            "worst_runs": [{**asdict(w), "graded_at": iso_time(w.graded_ns)} for w in self.worst],
             "verdicts_by_tool": self.verdicts_by_tool,
             "errors_by_recovery": self.errors_by_recovery,
         }
@@ -366,119 +367,10 @@ def report_from_counts(
 # -- text -----------------------------------------------------------------------------------
 
 
-def _iso(ns: int) -> str:
+def iso_time(ns: int) -> str:
+    """A report's moments in UTC, the same in text and HTML."""
     return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _pct(value: float | None) -> str:
+def percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
-
-
-def _interval(r: Rate) -> str:
-    return "-" if r.low is None or r.high is None else f"{_pct(r.low)} - {_pct(r.high)}"
-
-
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: max(0, width - 3)] + "..."
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
-    """Columns padded to their widest cell; `right` aligns numbers to the right."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
-        ]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
-
-
-def _rate_rows(rates: Sequence[Rate], width: int) -> list[list[str]]:
-    return [
-        [_clip(r.name, width), str(r.total), str(r.passed), _pct(r.rate), _interval(r)]
-        for r in rates
-    ]
-
-
-def render_text(report: Report, *, width: int = 100, limit: int = 10) -> str:
-    """The short plain-text report for a terminal."""
-    o = report.overall
-    window = (
-        f"since {_iso(report.since_ns)}" if report.since_ns is not None else "all stored grades"
-    )
-    lines = [f"Tool use of graded agent runs, {window} (until {_iso(report.until_ns)})", ""]
-    if not o.total:
-        lines.append("No graded runs in this window.")
-        return "\n".join(lines)
-    lines.append(f"Runs passed: {o.passed}/{o.total} = {_pct(o.rate)} (95% CI {_interval(o)})")
-    name_w = max(16, width // 3)
-    lines += [
-        "",
-        "By agent, worst first",
-        table(
-            ["agent", "runs", "passed", "pass rate", "95% CI"],
-            _rate_rows(report.agents[:limit], name_w),
-            [False, True, True, True, False],
-        ),
-    ]
-    if report.tools:
-        rows = [
-            [*row, str(r.calls), str(r.failed_calls)]
-            for row, r in zip(_rate_rows(report.tools[:limit], name_w), report.tools, strict=False)
-        ]
-        lines += [
-            "",
-            "By tool, worst first (runs that called it; passed: none of its calls failed)",
-            table(
-                ["tool", "runs", "passed", "pass rate", "95% CI", "calls", "failed"],
-                rows,
-                [False, True, True, True, False, True, True],
-            ),
-        ]
-    if report.problems:
-        lines += [
-            "",
-            "Most frequent problems",
-            table(
-                ["calls", "runs", "verdict", "tool", "latest trace"],
-                [
-                    [
-                        str(p.count),
-                        str(p.runs),
-                        p.verdict,
-                        _clip(p.tool, name_w),
-                        p.example_trace_id,
-                    ]
-                    for p in report.problems[:limit]
-                ],
-                [True, True, False, False, False],
-            ),
-        ]
-    if report.worst:
-        fixed = 6 + 8 + 7 + 32 + 20 + 5 * 2
-        summary_w = max(20, width - fixed)
-        lines += [
-            "",
-            "Worst runs",
-            table(
-                ["score", "verdict", "failed", "trace id", "agent", "summary"],
-                [
-                    [
-                        f"{w.score:.2f}",
-                        w.verdict,
-                        str(w.failed_calls),
-                        w.trace_id,
-                        _clip(w.agent or NO_AGENT, 20),
-                        _clip(w.summary, summary_w),
-                    ]
-                    for w in report.worst[:limit]
-                ],
-                [True, False, True, False, False, False],
-            ),
-        ]
-    return "\n".join(lines)

@@ -13,11 +13,10 @@ fetch (the network this page must not need), and the three charts are bars.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from html import escape
 from urllib.parse import quote
 
-from attest_otel.report import NO_AGENT, Rate, Report, WorstRun
+from attest_otel.report.stats import NO_AGENT, Rate, Report, WorstRun, iso_time, percent
 
 __all__ = ["CSP", "render_html"]
 
@@ -55,14 +54,6 @@ svg text{font:12px system-ui,sans-serif}.legend span{display:inline-block;margin
 _LABEL_W = 180
 _BAR_W = 480
 _ROW_H = 22
-
-
-def _iso(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
 
 
 def _svg(chart_id: str, title: str, rows: int, body: list[str]) -> str:
@@ -109,7 +100,7 @@ def rate_chart(rates: Sequence[Rate]) -> str:
         body.append(
             f'<rect class="bar" x="{_LABEL_W}" y="{y + 4}" width="{w:.1f}" height="14" '
             f'fill="#1565c0"><title>{escape(r.name)}: {r.passed}/{r.total} passed, '
-            f"{_pct(r.rate)} (95% CI {_pct(r.low)} - {_pct(r.high)})</title></rect>"
+            f"{percent(r.rate)} (95% CI {percent(r.low)} - {percent(r.high)})</title></rect>"
         )
         if r.low is not None and r.high is not None:
             x1, x2 = _LABEL_W + _BAR_W * r.low, _LABEL_W + _BAR_W * r.high
@@ -119,7 +110,7 @@ def rate_chart(rates: Sequence[Rate]) -> str:
                 f'M{x2:.1f} {mid - 5}v10" stroke="#000" fill="none"/>'
             )
         body.append(
-            f'<text x="{_LABEL_W + _BAR_W + 8}" y="{y + 15}">{_pct(r.rate)} '
+            f'<text x="{_LABEL_W + _BAR_W + 8}" y="{y + 15}">{percent(r.rate)} '
             f"({r.passed}/{r.total})</text>"
         )
     return _svg(
@@ -189,7 +180,7 @@ def render_html(report: Report, *, trace_url: str | None = None) -> str:
     """The whole page. `trace_url` has `{trace_id}` (and optionally `{span_id}`)."""
     o = report.overall
     window = (
-        f"since {_iso(report.since_ns)}" if report.since_ns is not None else "all stored grades"
+        f"since {iso_time(report.since_ns)}" if report.since_ns is not None else "all stored grades"
     )
     parts = [
         "<!doctype html>",
@@ -199,14 +190,14 @@ def render_html(report: Report, *, trace_url: str | None = None) -> str:
         "<title>attest-otel: agent tool use</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>Tool use of graded agent runs</h1>",
-        f"<p>{escape(window)} until {escape(_iso(report.until_ns))}</p>",
+        f"<p>{escape(window)} until {escape(iso_time(report.until_ns))}</p>",
     ]
     if not o.total:
         parts.append("<p>No graded runs in this window.</p></body></html>")
         return "\n".join(parts)
     parts.append(
-        f'<p id="overall">Runs passed: <b>{o.passed}/{o.total} = {_pct(o.rate)}</b> '
-        f"(95% CI {_pct(o.low)} - {_pct(o.high)})</p>"
+        f'<p id="overall">Runs passed: <b>{o.passed}/{o.total} = {percent(o.rate)}</b> '
+        f"(95% CI {percent(o.low)} - {percent(o.high)})</p>"
     )
     parts += [
         "<h2>Pass rate per agent</h2>",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attest_otel.ingest.decode import Decoded, decode_file
-from attest_otel.ingest.sources.base import TraceNotFoundError, normalize_trace_id, only_trace
+from attest_otel.sources.base import TraceNotFoundError, normalize_trace_id, only_trace
 
 __all__ = ["FileSource"]
 

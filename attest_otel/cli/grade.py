@@ -1,205 +1,33 @@
-"""The `attest-otel` command: thin click wrappers over the pipeline, the sources and exports.
-
-Every error a user can cause ends here as one line on stderr and an exit code (the README's
-table: 1 a run failed, 2 usage or input, 4 could not export, 5 cannot listen, ...).
-
-Imports of the stages happen inside the commands that need them, on purpose: the pipeline
-and the sidecar pull in protobuf, grpc, the OTel SDK and every dialect (0.35-0.65 s here),
-while `attest-otel --help` and `tools` take 0.2-0.3 s without them. The layering contract
-(pyproject.toml, tests/test_layers.py) counts these imports like any other.
-"""
+"""`attest-otel grade`: the runs of OTLP traces, from a file or a trace source, graded."""
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
-import os
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from attest_otel.cli_inspect import inspect
-from attest_otel.cli_serve import serve
-from attest_otel.cli_sources import report, trace_source_options
-from attest_otel.errors import EXIT_BROKEN_PIPE, AttestOtelError, InputError, UsageError
+from attest_otel.cli.common import (
+    Warnings,
+    exit_for,
+    json_option,
+    model_options,
+    strict_option,
+)
+from attest_otel.cli.sources import trace_source_options
+from attest_otel.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     from attest_otel.pipeline import GradedTrace
 
-F = TypeVar("F", bound=Callable[..., Any])
 
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"attest-otel: error: {message}", err=True)
-    sys.exit(code)
-
-
-def _broken_pipe() -> None:
-    """`grade ... | head`: the reader has all it wanted. Point stdout at /dev/null so the
-    interpreter's final flush cannot fail again, say it once, and exit as a shell reports a
-    writer SIGPIPE killed."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    with contextlib.suppress(OSError):
-        click.echo("attest-otel: stdout was closed before the output ended", err=True)
-    sys.exit(EXIT_BROKEN_PIPE)
-
-
-class _Warnings:
-    """Problems that do not stop grading but could make a pass mean nothing (a misspelt key,
-    a policy entry no run uses): one stderr line each; `--strict` makes them exit 2."""
-
-    def __init__(self, strict: bool) -> None:
-        self.strict = strict
-        self.count = 0
-
-    def __call__(self, message: str) -> None:
-        self.count += 1
-        click.echo(f"attest-otel: warning: {message}", err=True)
-
-    def check(self) -> None:
-        if self.strict and self.count:
-            raise UsageError(f"{self.count} warning(s) above, and --strict makes them errors")
-
-
-def _strict_option(f: F) -> F:
-    return click.option(
-        "--strict", is_flag=True, help="Treat warnings (unknown keys, unused policy) as errors."
-    )(f)
-
-
-class _Group(click.Group):
-    """Turns our own errors into one line and an exit code, whatever command raised them."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except AttestOtelError as e:
-            _fail(str(e), e.exit_code)
-        except KeyboardInterrupt:
-            _fail("interrupted", 130)
-        except BrokenPipeError:
-            _broken_pipe()
-        except (click.exceptions.Exit, click.ClickException, SystemExit):
-            raise
-        except Exception as e:
-            if os.environ.get("ATTEST_OTEL_DEBUG"):
-                raise
-            _fail(
-                f"internal error: {type(e).__name__}: {e} (set ATTEST_OTEL_DEBUG=1 for details)", 3
-            )
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="attest-otel")
-def main() -> None:
-    """Grade AI-agent tool use, from attest run files or OpenTelemetry traces."""
-
-
-def _model_options(f: F) -> F:
-    f = click.option(
-        "--model", help="Model for the checks (default: $ATTEST_OTEL_MODEL or claude-haiku-4-5)."
-    )(f)
-    f = click.option(
-        "--check-answer",
-        is_flag=True,
-        help="Read final answers of unrecovered errors with a model.",
-    )(f)
-    f = click.option(
-        "--appropriate",
-        is_flag=True,
-        help="Also ask a model whether each tool was a reasonable choice.",
-    )(f)
-    return f
-
-
-def _json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(f)
-
-
-def _print_runs(runs: Sequence[Any], results: Sequence[Any], as_json: bool) -> None:
-    from attest_otel import render
-
-    if as_json:
-        out = [
-            {"task": run.task, "result": r.to_dict()} for run, r in zip(runs, results, strict=True)
-        ]
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
-        return
-    for i, (run, result) in enumerate(zip(runs, results, strict=True), start=1):
-        click.echo(render.run_block(f"run {i}/{len(runs)}", run, result))
-        click.echo()
-    click.echo(render.totals(results))
-
-
-def _exit_for(results: Sequence[Any]) -> None:
-    if any(not r.passed for r in results):
-        sys.exit(1)
-
-
-@main.command()
-@click.argument("file", type=click.Path(path_type=Path))
-@_model_options
-@_json_option
-@_strict_option
-def tools(
-    file: Path,
-    appropriate: bool,
-    check_answer: bool,
-    model: str | None,
-    as_json: bool,
-    strict: bool,
-) -> None:
-    """Grade the tool use of the runs in FILE (.json: one run; .jsonl: one per line)."""
-    from attest_otel.grade import grader
-
-    runs = _read_runs(file, strict)
-    judge = grader.judge_for_tool_use(asked=appropriate or check_answer, model=model)
-    results = [grader.grade(run, judge=judge, appropriate=appropriate) for run in runs]
-    _print_runs(runs, results, as_json)
-    _exit_for(results)
-
-
-@main.command()
-@click.argument("file", type=click.Path(path_type=Path))
-@click.option(
-    "--model", help="Model for the checks (default: $ATTEST_OTEL_MODEL or claude-haiku-4-5)."
-)
-@_json_option
-@_strict_option
-def run(file: Path, model: str | None, as_json: bool, strict: bool) -> None:
-    """Run every check on the runs in FILE; model checks whenever ANTHROPIC_API_KEY is set."""
-    from attest_otel.grade import grader, llm
-
-    runs = _read_runs(file, strict)
-    judge = llm.judge_from_env(model)
-    results = [grader.grade(r, judge=judge) for r in runs]
-    _print_runs(runs, results, as_json)
-    _exit_for(results)
-
-
-def _read_runs(file: Path, strict: bool) -> list[Any]:
-    """The runs of a run file, with its unknown keys warned about; none at all is exit 2,
-    since a CI gate reading "0 runs, 0 failed" as a pass would pass on an empty file."""
-    from attest_otel.model import read_runs
-
-    warn = _Warnings(strict)
-    runs = read_runs(file, warn=warn)
-    warn.check()
-    if not runs:
-        raise InputError(str(file), "no runs to grade")
-    return runs
-
-
-def _unused_policy_agents(policy: Any, traces: Sequence[Any], warn: _Warnings) -> None:
+def _unused_policy_agents(policy: Any, traces: Sequence[Any], warn: Warnings) -> None:
     """A policy entry whose agent name no run has (`billing_agnet`) grades nothing, and its
     agent then runs with every tool allowed: warn, with the closest name seen."""
-    from attest_otel.config import ANY_AGENT
+    from attest_otel.policy import ANY_AGENT
 
     seen = sorted({run.agent for trace in traces for run in trace.runs if run.agent})
     for name in policy.agents:
@@ -230,7 +58,7 @@ def _parse_fallbacks(
     return fallbacks
 
 
-@main.command()
+@click.command()
 @click.option(
     "--file",
     "file",
@@ -270,9 +98,9 @@ def _parse_fallbacks(
     callback=_parse_fallbacks,
     help="TOOL=ALTERNATIVE, repeatable.",
 )
-@_model_options
-@_json_option
-@_strict_option
+@model_options
+@json_option
+@strict_option
 @click.option("--export", is_flag=True, help="Send grade spans, log events and metrics over OTLP.")
 @click.option(
     "--otlp-endpoint",
@@ -316,10 +144,10 @@ def grade(
     attest-otel grade --trace-id ID --from jaeger:http://localhost:16686
     attest-otel grade --since 1h                         # every trace the store got in 1h
     """
-    from attest_otel.config import Policy, load_policy
     from attest_otel.grade import grader, llm
     from attest_otel.ingest.decode import decode_file
     from attest_otel.pipeline import Reading, grade_traces
+    from attest_otel.policy import Policy, load_policy
 
     if file is not None and (trace_id is not None or since_s is not None):
         other = "--trace-id" if trace_id is not None else "--since"
@@ -328,12 +156,12 @@ def grade(
         )
     if file is None and trace_id is None and since_s is None:
         raise UsageError("grade needs one of --file PATH, --trace-id ID or --since DURATION")
-    warn = _Warnings(strict)
+    warn = Warnings(strict)
     loaded = load_policy(policy) if policy is not None else Policy.empty()
     if dialect_files:
         import dataclasses
 
-        from attest_otel.dialect_config import load_dialects
+        from attest_otel.adapt.dialect_config import load_dialects
 
         extra = tuple(d for f in dialect_files for d in load_dialects(f))
         loaded = dataclasses.replace(loaded, dialects=loaded.dialects + extra)
@@ -353,7 +181,7 @@ def grade(
         _unused_policy_agents(loaded, [g.trace for g in graded], warn)
         warn.check()
     else:
-        from attest_otel import cli_sources
+        from attest_otel.cli import sources as cli_sources
 
         http = cli_sources.http_options(
             headers,
@@ -389,11 +217,11 @@ def grade(
             logs=not no_log_events,
             metrics=not no_metrics,
         )
-    _exit_for([r for g in graded for r in g.results])
+    exit_for([r for g in graded for r in g.results])
 
 
 def _print_traces(graded: Sequence[GradedTrace], as_json: bool) -> None:
-    from attest_otel import render
+    from attest_otel.cli import render
 
     if as_json:
         out = {"traces": [render.trace_json(g) for g in graded]}
@@ -427,11 +255,3 @@ def _export(
         report = telemetry.shutdown()
     report.raise_for_failure()
     click.echo(report.summary(), err=True)
-
-
-main.add_command(inspect)
-main.add_command(report)
-main.add_command(serve)
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

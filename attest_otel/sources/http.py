@@ -27,7 +27,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx2
 
 from attest_otel.errors import SourceError, UsageError
-from attest_otel.ingest.sources.base import first_line
+from attest_otel.sources.base import first_line
 from attest_otel.yamlcheck import header_problem
 
 __all__ = [

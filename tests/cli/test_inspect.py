@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from attest_otel.cli import main
 
-TRACES = Path(__file__).parent / "fixtures" / "traces"
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
 
 
 def _inspect(*args: str) -> tuple[int, str, str]:

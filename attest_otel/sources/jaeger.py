@@ -29,7 +29,8 @@ from typing import Any
 
 from attest_otel.errors import InputError, SourceError
 from attest_otel.ingest.decode import Decoded, decode_bytes
-from attest_otel.ingest.sources.base import (
+from attest_otel.model import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
+from attest_otel.sources.base import (
     TraceNotFoundError,
     decoded_from_spans,
     join_url,
@@ -37,8 +38,7 @@ from attest_otel.ingest.sources.base import (
     only_trace,
     parse_hex_id,
 )
-from attest_otel.ingest.sources.http import HttpClient, HttpOptions, Response
-from attest_otel.ingest.span import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
+from attest_otel.sources.http import HttpClient, HttpOptions, Response
 
 __all__ = ["JaegerSource", "spans_from_classic"]
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from attest_otel.cli import main
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples" / "runs"
 
 

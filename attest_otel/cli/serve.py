@@ -2,7 +2,7 @@
 
 Kept apart from `cli.py`, which registers it, because the sidecar's start-up and shutdown
 (signals, deadlines) are a job of their own. `grade --trace-id` reads the sidecar's store
-through `ingest.sources.store_source`, like every other trace source.
+through `sources.store_source`, like every other trace source.
 """
 
 from __future__ import annotations

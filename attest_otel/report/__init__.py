@@ -1,0 +1,1 @@
+"""Reports over stored grades: `stats` builds them (pure), `text` and `html` render them."""
