@@ -10,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # Bytecode at install time: this environment sets PYTHONDONTWRITEBYTECODE, so nothing caches later.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup proto test test-deps test-phoenix lint check demo bench fixtures clean
+.PHONY: setup proto test test-deps test-phoenix lint check demo bench fixtures clean collector
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -31,13 +31,20 @@ lint: setup
 	$(BIN)/mypy --strict attest_otel
 	@out=$$($(BIN)/lint-imports --no-cache 2>&1) || { echo "$$out"; exit 1; }; echo "$$out" | tail -n 1
 
-# Debian's prometheus and chromium are real test peers: installed when root, else their tests
-# are skipped and named in the last line of the run (a failure under CI=true).
+# The real test peers: the Collector, Jaeger v2 and Prometheus 3 built from source into
+# ~/.cache/attest-otel/peers (tools/build-peers.sh, kept between runs), Debian's chromium and
+# postgresql installed when root. A missing one skips its tests, named in the last line of
+# the run (a failure under CI=true).
 test-deps:
 	@bash tools/test-deps.sh
 
 test: setup lint test-deps
 	$(BIN)/pytest -q
+
+# The Collector the shipped configs are written for (collector-config/builder-config.yaml):
+# ocb v0.161.0 builds it into the peer cache and says where.
+collector:
+	@bash tools/build-peers.sh collector
 
 # Phoenix is large and slow to start, so its live tests are a group of their own.
 PHOENIX_VENV := tests/phoenix/.venv

@@ -30,8 +30,16 @@ def messages_server() -> Iterator[MessagesServer]:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """One line naming the tests skipped for want of a Debian program, and how to get it."""
-    from tests.needs import MISSING
+    from tests.needs import MISSING, PEER_MISSING
 
+    if PEER_MISSING:
+        count = len(set().union(*PEER_MISSING.values()))
+        names = " ".join(sorted(PEER_MISSING))
+        terminalreporter.write_line(
+            f"{count} test(s) skipped: they need {names} built from source; "
+            "`tools/build-peers.sh` (or `make test`) builds them",
+            yellow=True,
+        )
     if not MISSING:
         return
     count = len(set().union(*MISSING.values()))

@@ -52,4 +52,5 @@ def test_the_quick_start_says_how_to_get_the_command_on_path_and_what_make_test_
     quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     assert ".venv/bin/attest-otel grade --file examples/" in quick
     assert "uv tool install ." in quick and "pipx install ." in quick
-    assert "prometheus" in quick and "chromium" in quick and "CI=true" in quick
+    assert "chromium" in quick and "CI=true" in quick
+    assert "tools/build-peers.sh" in quick and "Prometheus 3" in quick and "Jaeger v2" in quick

@@ -30,7 +30,7 @@ from attest_otel.ingest.decode import decode_file
 from attest_otel.model import CheckResult, Run
 from tests.dashboards.dashboard import load_dashboard, prometheus_targets
 from tests.dashboards.promql import substitute
-from tests.needs import program
+from tests.needs import peer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 WAIT_S = 40.0
@@ -111,7 +111,7 @@ class _Prometheus:
 
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Prometheus]:
-    prometheus_bin = program("prometheus")  # runs the binary, never the system service
+    prometheus_bin = peer("prometheus")  # Prometheus 3 built from source (tools/build-peers.sh)
     tmp = tmp_path_factory.mktemp("prometheus")
     telemetry = build_telemetry(
         endpoint=None,

@@ -18,7 +18,7 @@ import pytest
 from attest_otel.errors import UsageError
 from attest_otel.export.prometheus import parse_address
 from attest_otel.export.telemetry import Telemetry, build_telemetry
-from tests.needs import program
+from tests.needs import peer
 
 from .sample import graded_run, passing_run
 
@@ -82,7 +82,7 @@ def graded_telemetry() -> Iterator[Telemetry]:
 
 @pytest.fixture
 def prometheus(graded_telemetry: Telemetry, tmp_path: Path) -> Iterator[Prometheus]:
-    prometheus_bin = program("prometheus")  # runs the binary, never the system service
+    prometheus_bin = peer("prometheus")  # Prometheus 3 built from source (tools/build-peers.sh)
     endpoint = graded_telemetry.prometheus
     assert endpoint is not None
     config = tmp_path / "prometheus.yml"
