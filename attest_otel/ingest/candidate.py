@@ -110,6 +110,7 @@ GENAI_SCOPE_MARKERS: tuple[str, ...] = (
     "litellm",
     "haystack",
     "mlflow",  # MLflow tracing: `mlflow.tracing.provider`
+    "openlit",  # OpenLIT: a failed tool span may carry no attribute at all
     "mcp",
 )
 """A scope whose (lower-cased) name contains one of these marks all its spans as candidates."""

@@ -123,10 +123,8 @@ class Pipeline:
         ):
             if stop is None:
                 continue
-            try:
+            with contextlib.suppress(Exception):  # stop the rest whatever one did
                 (stop.stop_quietly if isinstance(stop, Sidecar) else stop.stop)()
-            except Exception:
-                pass
 
 
 def spans_by_trace(jaeger_trace: dict[str, Any]) -> list[str]:
