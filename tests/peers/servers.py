@@ -31,17 +31,28 @@ _READY = "Everything is ready"
 WAIT_S = 60.0
 
 
-def localize(text: str, targets: Mapping[str, str] | None = None) -> tuple[str, dict[str, str]]:
+def localize(
+    text: str,
+    targets: Mapping[str, str] | None = None,
+    *,
+    grpc_default: str | None = None,
+    http_default: str | None = None,
+) -> tuple[str, dict[str, str]]:
     """Every `host:port` in a Collector config -> `127.0.0.1:PORT`. `targets` maps a
-    `host:port` of the file to the address to use; any other gets a free port. Returns the
-    new text and the whole mapping (so a test can find where, say, `0.0.0.0:4317` went)."""
+    `host:port` of the file to the address to use; the listening ones (`0.0.0.0:...`) and
+    any other get a free port, or, for a peer's address, `http_default` (an `http://` URL's)
+    or `grpc_default` when given. Returns the new text and the whole mapping (so a test can
+    find where, say, `0.0.0.0:4317` went)."""
     targets = dict(targets or {})
     mapping: dict[str, str] = {}
 
     def swap(match: re.Match[str]) -> str:
         key = f"{match['host']}:{match['port']}"
         if key not in mapping:
-            mapping[key] = targets.get(key) or f"127.0.0.1:{free_port()}"
+            default = None
+            if match["host"] != "0.0.0.0":
+                default = http_default if match["scheme"] else grpc_default
+            mapping[key] = targets.get(key) or default or f"127.0.0.1:{free_port()}"
         return (match["scheme"] or "") + mapping[key]
 
     out = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ import yaml
 
 from tests.needs import peer
 from tests.peers.configs import KINDS, manifest, shipped_configs, used_components
+from tests.peers.otlp_http_sink import OtlpHttpSink
 from tests.peers.servers import Collector, localize, validate
+from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import REPO
 
 CONFIGS = shipped_configs()
@@ -65,14 +68,20 @@ def test_every_shipped_config_validates(path: Path) -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=IDS)
 def test_every_shipped_config_starts_without_a_warning(tmp_path: Path, path: Path) -> None:
-    """Host names pointed at free loopback ports (nothing listens there: exporters only
-    connect when they have data)."""
-    text, _ = localize(path.read_text())
+    """Every peer a config names is one OTLP/gRPC or OTLP/HTTP server that keeps what it
+    gets: a gRPC exporter connects at start, and a refused connection is a warning too."""
+    grpc_peer, http_peer = Downstream().start(), OtlpHttpSink().start()
+    text, _ = localize(
+        path.read_text(), grpc_default=grpc_peer.endpoint, http_default=http_peer.host_port
+    )
     collector = Collector(tmp_path, text, name=path.stem).start()
     try:
+        time.sleep(1.0)  # connections made, first health checks done
         log = collector.log()
     finally:
         collector.stop()
+        grpc_peer.stop()
+        http_peer.stop()
     warnings = [
         line
         for line in log.splitlines()
