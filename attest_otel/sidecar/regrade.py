@@ -49,7 +49,7 @@ from opentelemetry.sdk.trace.export import (
 from attest_otel import semconv
 from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.grade_span import emit_grade_span
-from attest_otel.export.telemetry import default_resource, package_version
+from attest_otel.export.otlp_config import default_resource, package_version
 from attest_otel.model import CheckResult, Run
 from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
