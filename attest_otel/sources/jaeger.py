@@ -31,6 +31,7 @@ from attest_otel.errors import InputError, SourceError
 from attest_otel.ingest.decode import Decoded, decode_bytes
 from attest_otel.model import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
 from attest_otel.sources.base import (
+    SourceKind,
     TraceNotFoundError,
     decoded_from_spans,
     join_url,
@@ -305,3 +306,6 @@ def _http_error(location: str, r: Response) -> SourceError:
 
 def _unexpected(location: str, r: Response, problem: str) -> SourceError:
     return SourceError(f"unexpected body from jaeger at {location} ({r.url}): {problem}")
+
+
+KIND = SourceKind("jaeger", "url", "http://localhost:16686", JaegerSource)

@@ -30,6 +30,7 @@ from attest_otel.errors import SourceError
 from attest_otel.ingest.decode import Decoded
 from attest_otel.model import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
 from attest_otel.sources.base import (
+    SourceKind,
     TraceNotFoundError,
     decoded_from_spans,
     join_url,
@@ -296,3 +297,6 @@ def span_from_phoenix(raw: dict[str, Any], project: str | None = None) -> Span:
         events=events,
         resource={_PROJECT: project} if project else {},
     )
+
+
+KIND = SourceKind("phoenix", "url", "http://localhost:6006", PhoenixSource)

@@ -25,6 +25,7 @@ from typing import Any
 from attest_otel.errors import InputError, SourceError
 from attest_otel.ingest.decode import Decoded, decode_bytes
 from attest_otel.sources.base import (
+    SourceKind,
     TraceNotFoundError,
     join_url,
     normalize_trace_id,
@@ -131,3 +132,6 @@ def _http_error(location: str, r: Response) -> SourceError:
 
 def _unexpected(location: str, r: Response, problem: str) -> SourceError:
     return SourceError(f"unexpected body from tempo at {location} ({r.url}): {problem}")
+
+
+KIND = SourceKind("tempo", "url", "http://localhost:3200", TempoSource)
