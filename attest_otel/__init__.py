@@ -74,8 +74,9 @@ __version__: str
 def __getattr__(name: str) -> Any:
     """`__version__`, computed on first use rather than at import.
 
-    `importlib.metadata` costs about 20 ms and 60 modules, a third of what importing this
-    package costs otherwise, and most imports (the CLI, a test) never read the version.
+    `importlib.metadata` is a large share of what importing this package costs
+    (docs/measurements.md, "Import cost of the version"), and most imports (the CLI, a test)
+    never read the version.
     """
     if name == "__version__":
         version = _version()
