@@ -12,11 +12,13 @@ from typing import Any
 
 import click
 
+from attest_otel.cli.common import config_option
 from attest_otel.cli.sources import DEFAULT_SOURCE, Duration, Rate, open_source
 from attest_otel.errors import UsageError
 
 
 @click.command()
+@config_option
 @click.option(
     "--since",
     "since_s",
