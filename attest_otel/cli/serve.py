@@ -194,6 +194,7 @@ def serve(
     and forwards what is held (within shutdown.deadline_s), flushes and exits 0.
     """
     from attest_otel.sidecar.config import config_lines, load_service_config
+    from attest_otel.sidecar.preflight import forward_problem
     from attest_otel.sidecar.service import build_service  # the grading stack: serve only
 
     setup_logging(log_level)
@@ -221,6 +222,9 @@ def serve(
     log = logging.getLogger("attest_otel.serve")
     for line in config_lines(config):
         log.debug("config %s", line)
+    problem = forward_problem(config.forward.endpoint, config.forward.protocol)
+    if problem is not None:
+        log.warning(problem)
     service = build_service(config)
     stop = threading.Event()
 
