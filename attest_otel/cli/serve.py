@@ -222,9 +222,6 @@ def serve(
     log = logging.getLogger("attest_otel.serve")
     for line in config_lines(config):
         log.debug("config %s", line)
-    problem = forward_problem(config.forward.endpoint, config.forward.protocol)
-    if problem is not None:
-        log.warning(problem)
     service = build_service(config)
     stop = threading.Event()
 
@@ -236,6 +233,10 @@ def serve(
     try:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         service.start()
+        # After every check that can refuse the start: a failed start stays one line.
+        problem = forward_problem(config.forward.endpoint, config.forward.protocol)
+        if problem is not None:
+            log.warning(problem)
         while not stop.wait(0.5):
             pass
     finally:
