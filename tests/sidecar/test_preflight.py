@@ -64,3 +64,35 @@ def test_the_local_config_is_loopback_only_and_writes_in_the_users_home(
     assert config.telemetry.prometheus.startswith("127.0.0.1:")
     assert config.buffer.dir is None and config.grading.policy is None
     assert not str(config.store.path).startswith("/var/")
+
+
+def test_a_second_start_on_taken_ports_is_one_line_and_exit_5(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    first = Sidecar(tmp_path, "127.0.0.1:1").start()
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attest_otel.cli",
+                "serve",
+                "--grpc-endpoint",
+                first.grpc_endpoint,
+                "--http-endpoint",
+                f"127.0.0.1:{first.http_port}",
+                "--forward-endpoint",
+                "127.0.0.1:1",
+                "--store",
+                str(tmp_path / "second.db"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 5
+        lines = done.stdout.splitlines() + done.stderr.splitlines()
+        assert len(lines) == 1 and "cannot listen" in lines[0], lines
+    finally:
+        first.terminate()
