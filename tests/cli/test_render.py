@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from attest_otel.cli.render import MAX_PASSING_LINES, call_sequence, run_block
 from attest_otel.model import CheckResult, Finding, Run, Step, ToolCall
 
@@ -38,3 +40,17 @@ def test_a_short_run_lists_every_call() -> None:
     text = run_block("run 0", Run(task="t", steps=[]), result)
     assert all(f"t{i}" in text for i in range(MAX_PASSING_LINES))
     assert "correct calls (--json" not in text
+
+
+def test_a_long_step_says_what_it_does_on_a_terminal_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from attest_otel.cli.common import status
+
+    with status("reading big.json", enabled=True):
+        pass
+    err = capsys.readouterr().err
+    assert err.startswith("reading big.json...") and err.rstrip().endswith("s")
+    with status("reading big.json"):  # stderr is not a terminal under pytest
+        pass
+    assert capsys.readouterr().err == ""
