@@ -9,8 +9,8 @@ capture is `event_only` (`true` captures nothing: see that generator's docstring
 messages and tool results travel in log records only, which is the case the sidecar must read.
 
 Run: `python tests/sidecar/openai_app.py CONFIG_JSON`; the config names the endpoint, the
-protocol (`grpc`, `http`, `json`), `gzip`, how many runs and which fail, `logs_delay_s` (the
-logs exporter is that much late), `big_tool_mib` (a tool span that large) and
+protocol (`grpc`, `http`, `json`), `gzip`, how many runs and which fail, `logs_delay_s` /
+`spans_delay_s` (that exporter is that much late), `big_tool_mib` (a tool span that large) and
 `model_delay_s`. Everything exported is also written to `capture` as OTLP/JSON lines, the
 file `grade --file` reads.
 """
@@ -139,8 +139,8 @@ class JsonExporter(SpanExporter, LogRecordExporter):  # type: ignore[misc]
         return True
 
 
-class Late(LogRecordExporter):  # type: ignore[misc]
-    """The logs exporter, `delay_s` late on every export (a slower logs pipeline)."""
+class Late(SpanExporter, LogRecordExporter):  # type: ignore[misc]
+    """An exporter `delay_s` late on every export (one signal's pipeline slower)."""
 
     def __init__(self, inner: Any, delay_s: float) -> None:
         self.inner = inner
@@ -246,6 +246,8 @@ def main() -> None:
     span_out, log_out, metric_out = exporters(cfg)
     if cfg.get("logs_delay_s"):
         log_out = Late(log_out, float(cfg["logs_delay_s"]))
+    if cfg.get("spans_delay_s"):
+        span_out = Late(span_out, float(cfg["spans_delay_s"]))
     capture = Capture()
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(span_out))
