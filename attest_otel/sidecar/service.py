@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from typing import Any
 
 from attest_otel import semconv
 from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc
-from attest_otel.export.telemetry import ExportTls, build_telemetry, package_version
+from attest_otel.export.telemetry import build_telemetry, package_version
 from attest_otel.grade.questions import Judge
 from attest_otel.model import CheckResult, Run
 from attest_otel.policy import Policy
@@ -56,7 +55,7 @@ from attest_otel.sidecar.gate import ModelGate
 from attest_otel.sidecar.grading import TraceGrader, init_worker, warm_worker
 from attest_otel.sidecar.http_receiver import HttpReceiver
 from attest_otel.sidecar.loading import declared_marks, load_grading
-from attest_otel.sidecar.log_wire import LOGS, METRICS, TRACES, refused_trace_ids, untag
+from attest_otel.sidecar.log_wire import LOGS, METRICS, TRACES, untag
 from attest_otel.sidecar.probe import agent_probe
 from attest_otel.sidecar.receivers import (
     GrpcReceiver,
@@ -69,6 +68,7 @@ from attest_otel.sidecar.regrade import Regrader
 from attest_otel.sidecar.requests import GradingCapacity, RequestPath
 from attest_otel.sidecar.signal_paths import SignalPaths
 from attest_otel.sidecar.stats import SidecarStats, register_metrics
+from attest_otel.sidecar.targets import telemetry_target
 from attest_otel.sidecar.wal import DurableLog
 from attest_otel.sidecar.wire import (
     split_request,
@@ -427,7 +427,7 @@ class Service:
                 self.requests.accept,
                 accept_logs=self.signals.accept_logs,
                 accept_metrics=self.signals.accept_metrics,
-                on_oversize=self._oversize,
+                on_oversize=self.signals.oversize,
                 max_recv_bytes=rc.grpc_max_recv_bytes,
                 read_cap_bytes=rc.grpc_read_cap_bytes,
                 workers=rc.grpc_workers,
@@ -443,7 +443,7 @@ class Service:
                 self.requests.accept,
                 accept_logs=self.signals.accept_logs,
                 accept_metrics=self.signals.accept_metrics,
-                on_oversize=self._oversize,
+                on_oversize=self.signals.oversize,
                 max_body_bytes=rc.http_max_body_bytes,
                 max_json_bytes=rc.http_max_json_bytes,
                 workers=rc.http_workers,
@@ -460,11 +460,12 @@ class Service:
         except BaseException:
             self.shutdown(2.0)
             raise
+        rc = self.config.receivers
         log.info(
             "attest-otel sidecar started",
             extra={
-                "grpc": f"{_host(self.config.receivers.grpc_endpoint)}:{self.grpc.port}",
-                "http": f"{_host(self.config.receivers.http_endpoint)}:{self.http.port}",
+                "grpc": f"{parse_host_port(rc.grpc_endpoint)[0]}:{self.grpc.port}",
+                "http": f"{parse_host_port(rc.http_endpoint)[0]}:{self.http.port}",
                 "forward": f"{self.config.forward.endpoint} ({self.config.forward.protocol})",
                 "store": (
                     redact(self.config.store.url or self.config.store.path)
@@ -475,23 +476,6 @@ class Service:
                 "model_checks": "on" if self.gate is not None else "off",
                 "prometheus": getattr(self.telemetry, "prometheus_url", None) or "off",
             },
-        )
-
-    def _oversize(self, signal: str, body: bytes, is_json: bool, message: str) -> None:
-        """A request refused for its size: the traces it names carry it as a gap, so their
-        runs say they were not received whole (and a held trace of them is graded so)."""
-        ids = refused_trace_ids(signal, body, is_json)
-        if not ids:
-            return
-        reason = f"a {signal} request of this trace was refused: {message}"
-        held = self.buffer.note_refused((bytes.fromhex(t) for t in ids), reason)
-        log.warning(
-            "refused %s request named %d trace(s) (%d held now): their runs are graded as "
-            "not received whole",
-            signal,
-            len(ids),
-            held,
-            extra={"trace_ids": ",".join(sorted(ids)[:20])},
         )
 
     def _replay(self, record: int, raw: bytes) -> None:
@@ -596,47 +580,6 @@ class Service:
                 self.regrader.pool = None
             self._processes.shutdown(wait=True, cancel_futures=True)
             self._processes = None
-
-
-def telemetry_target(config: ServiceConfig) -> dict[str, Any]:
-    """Where the grade log events and metrics go, and with what credentials.
-
-    To the forward host (no `telemetry.endpoint`, or the same host:port): with the forward
-    TLS material and, unless `telemetry.headers` is set, the forward headers. Anywhere else:
-    with `telemetry.headers` only, never the forward ones. OTEL_EXPORTER_OTLP_HEADERS was
-    read once, as forward headers, and is taken out of the environment so the SDK exporters
-    do not send it to every endpoint.
-    """
-
-    os.environ.pop("OTEL_EXPORTER_OTLP_HEADERS", None)
-    tel, fwd = config.telemetry, config.forward
-    endpoint = tel.endpoint or fwd.endpoint
-    same = tel.endpoint is None
-    if not same and endpoint is not None and fwd.endpoint is not None:
-        try:
-            same = parse_host_port(endpoint) == parse_host_port(fwd.endpoint)
-        except ValueError:
-            same = False
-    tls = None
-    if same and endpoint is not None and (fwd.tls_files or fwd.endpoint.startswith("https://")):
-        tls = ExportTls(
-            str(fwd.tls_ca_file) if fwd.tls_ca_file else None,
-            str(fwd.tls_cert_file) if fwd.tls_cert_file else None,
-            str(fwd.tls_key_file) if fwd.tls_key_file else None,
-        )
-    headers = dict(tel.headers) or (dict(fwd.headers) if same else {})
-    return {
-        "endpoint": endpoint,
-        "protocol": tel.protocol or fwd.protocol,
-        "timeout_s": tel.timeout_s,
-        "headers": headers or None,
-        "tls": tls,
-    }
-
-
-def _host(endpoint: str) -> str:
-
-    return parse_host_port(endpoint)[0]
 
 
 def build_service(config: ServiceConfig) -> Service:

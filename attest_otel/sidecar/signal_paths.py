@@ -18,7 +18,14 @@ from collections.abc import Callable
 
 from attest_otel.sidecar.buffer import HeldTrace, TraceBuffer
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
-from attest_otel.sidecar.log_wire import LOGS, METRICS, is_genai_record, split_logs, tag
+from attest_otel.sidecar.log_wire import (
+    LOGS,
+    METRICS,
+    is_genai_record,
+    refused_trace_ids,
+    split_logs,
+    tag,
+)
 from attest_otel.sidecar.receivers import OK, Outcome
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wal import DurableLog
@@ -161,6 +168,23 @@ class SignalPaths:
             "grade (raise buffer.grace_s if the logs pipeline lags the traces one)",
             late,
             extra={"log_records_late": late},
+        )
+
+    def oversize(self, signal: str, body: bytes, is_json: bool, message: str) -> None:
+        """A request refused for its size: the traces it names carry it as a gap, so their
+        runs say they were not received whole (and a held trace of them is graded so)."""
+        ids = refused_trace_ids(signal, body, is_json)
+        if not ids:
+            return
+        reason = f"a {signal} request of this trace was refused: {message}"
+        held = self.buffer.note_refused((bytes.fromhex(t) for t in ids), reason)
+        log.warning(
+            "refused %s request named %d trace(s) (%d held now): their runs are graded as "
+            "not received whole",
+            signal,
+            len(ids),
+            held,
+            extra={"trace_ids": ",".join(sorted(ids)[:20])},
         )
 
     def replay(self, signal: str, data: bytes, record: int) -> None:

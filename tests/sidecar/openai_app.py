@@ -33,33 +33,33 @@ os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "event_only"
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from google.protobuf import json_format  # noqa: E402
-from openai import OpenAI  # noqa: E402
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs  # noqa: E402
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans  # noqa: E402
-from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor  # noqa: E402
-from opentelemetry.sdk._logs import LoggerProvider  # noqa: E402
-from opentelemetry.sdk._logs.export import (  # noqa: E402
+from google.protobuf import json_format
+from openai import OpenAI
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
     LogRecordExporter,
     LogRecordExportResult,
     SimpleLogRecordProcessor,
 )
-from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader  # noqa: E402
-from opentelemetry.sdk.resources import Resource  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import (  # noqa: E402
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SimpleSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
-from opentelemetry.util.genai.handler import TelemetryHandler  # noqa: E402
-from opentelemetry.util.genai.types import InputMessage, OutputMessage, Text  # noqa: E402
+from opentelemetry.util.genai.handler import TelemetryHandler
+from opentelemetry.util.genai.types import InputMessage, OutputMessage, Text
 
-from tests.fakes.openai_chat import FakeChat  # noqa: E402
+from tests.fakes.openai_chat import FakeChat
 
 MODEL = "gpt-4o-mini"
 TOOLS = ["lookup_order", "charge_card"]
