@@ -214,6 +214,8 @@ class RefusalLog:
         self._last: dict[tuple[str, str], tuple[float, int]] = {}
 
     def warn(self, reason: str, sender: str, signal: str, message: str) -> None:
+        if sender.startswith(("ipv4:", "ipv6:")):  # a gRPC peer: the host, not each port
+            sender = sender.rsplit(":", 1)[0]
         now = time.monotonic()
         key = (reason, sender)
         with self._lock:
@@ -454,7 +456,12 @@ class _TokenInterceptor:
         self._grader_token = grader_token
         self._on_rejection = on_rejection
 
+        self.refusals = RefusalLog()
+
         def deny(request: Any, context: Any) -> Any:
+            self.refusals.warn(
+                "unauthenticated", context.peer(), "OTLP", "missing or wrong bearer token"
+            )
             context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
                 "missing or wrong bearer token (authorization metadata)",
