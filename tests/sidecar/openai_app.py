@@ -189,11 +189,34 @@ def exporters(cfg: dict[str, Any]) -> tuple[Any, Any, Any]:
     )
 
 
+class _Bare:
+    """What a loop with no agent or tool spans of its own records: nothing (`bare`)."""
+
+    input_messages: Any = None
+    output_messages: Any = None
+    arguments: Any = None
+    tool_result: Any = None
+
+    def __enter__(self) -> _Bare:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def run_loop(
-    handler: TelemetryHandler, client: OpenAI, fail: bool, big_tool_mib: float
+    handler: TelemetryHandler, client: OpenAI, fail: bool, big_tool_mib: float, bare: bool = False
 ) -> tuple[str, str]:
-    """One agent run: (trace id, answer). charge_card returns an error when `fail`."""
-    with handler.invoke_local_agent(agent_name="billing_agent", request_model=MODEL) as agent:
+    """One agent run: (trace id, answer). charge_card returns an error when `fail`. `bare`:
+    only the instrumentation's model spans, under one plain root span (the issue's app)."""
+    tracer = trace.get_tracer("billing-app")
+    root = tracer.start_as_current_span("billing request") if bare else _Bare()
+    agent_span = (
+        _Bare()
+        if bare
+        else handler.invoke_local_agent(agent_name="billing_agent", request_model=MODEL)
+    )
+    with root, agent_span as agent:
         trace_id = format(trace.get_current_span().get_span_context().trace_id, "032x")
         task = "Charge the customer for order 42 and tell me the result."
         agent.input_messages = [InputMessage(role="user", parts=[Text(content=task)])]
@@ -222,7 +245,12 @@ def run_loop(
             messages.append(msg.model_dump(exclude_none=True))
             for call in msg.tool_calls:
                 name = call.function.name  # type: ignore[union-attr]
-                with handler.tool(name, tool_call_id=call.id, tool_type="function") as invocation:
+                tool_span = (
+                    _Bare()
+                    if bare
+                    else handler.tool(name, tool_call_id=call.id, tool_type="function")
+                )
+                with tool_span as invocation:
                     invocation.arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
                     if name == "lookup_order":
                         result = "order 42: 19.50 EUR"
@@ -252,6 +280,7 @@ def main() -> None:
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(span_out))
     tracer_provider.add_span_processor(SimpleSpanProcessor(capture))
+    trace.set_tracer_provider(tracer_provider)
     logger_provider = LoggerProvider(resource=resource)
     logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_out))
     logger_provider.add_log_record_processor(SimpleLogRecordProcessor(capture))
@@ -274,7 +303,9 @@ def main() -> None:
     runs = []
     for i in range(int(cfg.get("runs", 1))):
         fail = i in cfg.get("fail", [])
-        trace_id, answer = run_loop(handler, client, fail, float(cfg.get("big_tool_mib", 0)))
+        trace_id, answer = run_loop(
+            handler, client, fail, float(cfg.get("big_tool_mib", 0)), bool(cfg.get("bare"))
+        )
         runs.append({"trace_id": trace_id, "fail": fail, "answer": answer})
     tracer_provider.shutdown()
     logger_provider.shutdown()
