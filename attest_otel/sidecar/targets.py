@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from attest_otel.export.telemetry import ExportTls
+from attest_otel.export.otlp_config import ExportTls
 from attest_otel.sidecar.config import ServiceConfig, parse_host_port
 
 __all__ = ["telemetry_target"]
