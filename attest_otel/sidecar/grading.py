@@ -48,6 +48,8 @@ from attest_otel.sidecar.gate import ModelGate
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import append_to_spans, iter_resource_spans
 from attest_otel.store import StoredGrade, Writer
+from attest_otel.store.blob import split as split_stored
+from attest_otel.store.blob import with_logs
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +174,11 @@ class TraceGrader:
                     )
                     for run, result in graded.runs
                 ]
-                self.store.put(trace.trace_id_hex, original, trace.spans, grades)
+                # The log records go with the spans when content is kept whole; under a
+                # content policy only the spans are stored (the scrub reads spans only).
+                keep_logs = self.content.mode == "keep"
+                stored = with_logs(original, bytes(trace.logs)) if keep_logs else original
+                self.store.put(trace.trace_id_hex, stored, trace.spans, grades)
         self.forwarder.offer(
             ForwardItem(
                 results[0].data if len(results) == 1 else b"".join(g.data for g in results),
@@ -294,7 +300,7 @@ class TraceGrader:
                 except Exception:
                     log.exception("emitting the grade of a run failed")
         if self.remember is not None and not graded.failed:
-            self.remember(trace.trace_id_hex, original, graded.runs)
+            self.remember(trace.trace_id_hex, with_logs(original, bytes(trace.logs)), graded.runs)
 
 
 def grade_decoded(
@@ -356,8 +362,10 @@ def grade_again(
     The trace is parsed whole, since a late span changes the runs it belongs to, and only
     the late spans go out again: the others went out with their first grade.
     """
+    prior, prior_logs = split_stored(prior)  # the log records read with it before
     request = ExportTraceServiceRequest.FromString(prior + late)
     decoded = decode_request(request, source=label)
+    decoded.logs = decoded.logs + decode_logs(prior_logs, label)
     _, runs = grade_decoded(request, decoded, policy, grade_run, content)
     # Both parts are concatenated ResourceSpans records: the late ones come last.
     keep = sum(1 for _ in iter_resource_spans(late))

@@ -79,6 +79,42 @@ def file_grades(capture: Path) -> dict[str, tuple[str, float, int]]:
     return out
 
 
+def store_grades(store: Path, trace_ids: set[str]) -> dict[str, tuple[str, float, int]]:
+    """`grade --trace-id` from the sidecar's store, graded again (an override), not reused:
+    what it reads of each trace is what the sidecar stored."""
+    out: dict[str, tuple[str, float, int]] = {}
+    for trace_id in sorted(trace_ids):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attest_otel.cli",
+                "grade",
+                "--trace-id",
+                trace_id,
+                "--store",
+                str(store),
+                "--allowed-tools",
+                "lookup_order,charge_card",
+                "--json",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            check=False,
+        )
+        assert done.returncode in (0, 1), done.stderr.decode()
+        for one in json.loads(done.stdout)["traces"]:
+            for run in one["runs"]:
+                assert not run.get("stored_grade")
+                result = run["result"]
+                out[one["trace_id"]] = (
+                    str(result["verdict"]),
+                    round(float(result["score"]), 3),
+                    len(result.get("findings") or []),
+                )
+    return out
+
+
 def app_log_records(downstream: Downstream) -> list[tuple[str, str, str]]:
     """(trace id, span id, event name) of every log record downstream that the app sent
     (not the sidecar's own evaluation records)."""

@@ -185,3 +185,19 @@ def test_log_records_are_held_with_their_trace_and_a_refusal_becomes_its_gap() -
     group, _ = split_logs(_logs([(T1, "gen_ai.choice")]))[0]
     late = buffer.route_logs([(group, [True])], None)
     assert (late.late_records, late.passthrough_records, late.held_records) == (1, 1, 0)
+
+
+def test_a_stored_trace_keeps_its_log_records_beside_its_spans() -> None:
+    from attest_otel.store.blob import split, with_logs
+
+    spans = _span_request(T1)
+    logs = _logs([(T1, "gen_ai.choice")])
+    stored = with_logs(spans, logs) + with_logs(_span_request(T2), _logs([(T2, "x")]))
+    # a traces parser reads the spans and skips the records
+    parsed = ExportTraceServiceRequest.FromString(stored)
+    assert [rs.scope_spans[0].spans[0].trace_id for rs in parsed.resource_spans] == [T1, T2]
+    got_spans, got_logs = split(stored)
+    assert got_spans == spans + _span_request(T2)
+    assert got_logs == logs + _logs([(T2, "x")])
+    assert split(spans) == (spans, b"")
+    assert with_logs(spans, b"") == spans

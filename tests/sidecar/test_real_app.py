@@ -35,6 +35,7 @@ from tests.sidecar.real_app import (
     file_grades,
     grades_on_spans,
     run_app,
+    store_grades,
 )
 
 RUNS = 3
@@ -126,6 +127,12 @@ def test_the_app_the_issue_reported_no_agent_or_tool_spans(
     result, capture = _run(sidecar, downstream, tmp_path, "grpc", bare=True)
     _same_as_file(downstream, capture, result)
     _logs_once(downstream, capture)
+    # The log records were stored with the spans: graded again from the store, the runs
+    # read the same calls.
+    assert sidecar.terminate() == 0
+    traces = {run["trace_id"] for run in result["runs"]}
+    from_file = file_grades(capture)
+    assert store_grades(tmp_path / "store.db", traces) == {t: from_file[t] for t in traces}
 
 
 def test_http_json_gzip_app(sidecar: Sidecar, downstream: Downstream, tmp_path: Path) -> None:
