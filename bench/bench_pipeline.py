@@ -213,8 +213,8 @@ def _collector_config(kind: str, backend: str, sidecar: str, ports: dict[str, in
     for name in ("otlp_grpc/jaeger", "otlp_http/loki", "otlp_http/prometheus"):
         exporters.pop(name)
     pipelines = data["service"]["pipelines"]
-    pipelines.pop("logs/out")
-    pipelines.pop("metrics/out")
+    for name in [n for n in pipelines if not n.startswith("traces/")]:
+        pipelines.pop(name)  # the load is traces only
     for pipeline in pipelines.values():
         pipeline["exporters"] = [e for e in pipeline["exporters"] if e in exporters]
     if kind == "collector":  # the first pipeline straight to the backend

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attest_otel.ingest.candidate import (
+    GENAI_EVENT_PREFIXES,
     GENAI_KEY_PREFIXES,
     GENAI_NAME_PREFIXES,
     GENAI_NAME_SUFFIXES,
@@ -61,6 +62,19 @@ def markers() -> list[str]:
     ]
 
 
+def log_markers() -> list[str]:
+    """The same for a log record (`candidate.is_genai_log`): its event name, its attribute
+    keys, its scope."""
+    events = _ottl("^(?:" + _alternation(GENAI_EVENT_PREFIXES) + ")")
+    keys = _ottl('"(?:' + _alternation(GENAI_KEY_PREFIXES) + ")")
+    scopes = _ottl("(?i)^ai$|" + _alternation(GENAI_SCOPE_MARKERS))
+    return [
+        f"IsMatch(log.event_name, {events})",
+        f"IsMatch(Keys(log.attributes), {keys})",
+        f"IsMatch(scope.name, {scopes})",
+    ]
+
+
 def _yaml_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -73,8 +87,10 @@ HEADER = """\
 # down. Same ports as otelcol.yaml: 4317/4318 in, 14317 back from the sidecar.
 #
 #   apps ──► [otlp] ──┬── traces/genai: filter/genai_only ──► attest-otel (:24317) ──┐
-#                     │                                                            │
-#                     └── traces/plain: filter/no_genai ──► Tempo, Jaeger          │
+#                     │   logs/genai: filter/genai_logs_only ──►  (the same)         │
+#                     ├── traces/plain: filter/no_genai ──► Tempo, Jaeger          │
+#                     ├── logs/plain: filter/no_genai_logs ──► Loki                 │
+#                     └── metrics/in ──► Prometheus                                │
 #   Tempo, Jaeger, Loki, Prometheus ◄── */out ◄── [otlp/graded :14317] ◄───────────┘
 #
 # Per span, not per trace: the filter processor sees one span at a time. A span of an agent's
@@ -88,6 +104,7 @@ HEADER = """\
 
 def render() -> str:
     genai = " or ".join(f"({m})" for m in markers())
+    genai_logs = " or ".join(f"({m})" for m in log_markers())
     lines = [
         HEADER,
         "receivers:",
@@ -118,6 +135,16 @@ def render() -> str:
         "    error_mode: ignore",
         "    trace_conditions:",
         *(f"      - {_yaml_string(m)}" for m in markers()),
+        "  # The same for log records: the GenAI ones (a run's content) go with their trace's",
+        "  # spans to the sidecar, which reads them with the spans; the rest straight to Loki.",
+        "  filter/genai_logs_only:",
+        "    error_mode: ignore",
+        "    log_conditions:",
+        f"      - {_yaml_string(f'not ({genai_logs})')}",
+        "  filter/no_genai_logs:",
+        "    error_mode: ignore",
+        "    log_conditions:",
+        *(f"      - {_yaml_string(m)}" for m in log_markers()),
         "",
         "exporters:",
         "  otlp_grpc/attest:",
@@ -161,6 +188,19 @@ def render() -> str:
         "      receivers: [otlp]",
         "      processors: [memory_limiter, filter/no_genai, batch]",
         "      exporters: [otlp_grpc/tempo, otlp_grpc/jaeger]",
+        "    logs/genai:",
+        "      receivers: [otlp]",
+        "      processors: [memory_limiter, filter/genai_logs_only, batch]",
+        "      exporters: [otlp_grpc/attest]",
+        "    logs/plain:",
+        "      receivers: [otlp]",
+        "      processors: [memory_limiter, filter/no_genai_logs, batch]",
+        "      exporters: [otlp_http/loki]",
+        "    # The apps' metrics: the sidecar would pass them on untouched, so they go straight.",
+        "    metrics/in:",
+        "      receivers: [otlp]",
+        "      processors: [memory_limiter, batch]",
+        "      exporters: [otlp_http/prometheus]",
         "    traces/out:",
         "      receivers: [otlp/graded]",
         "      processors: [batch]",
