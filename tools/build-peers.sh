@@ -26,12 +26,17 @@ say() { echo "build-peers: $*" >&2; }
 
 build_collector() {
   local out="$cache/otelcol-attest"
-  [ -x "$out/otelcol-attest" ] && return 0
+  # The manifest's output_path points into the repo for the builder run by hand; the cache
+  # copy is the same manifest with its output path replaced. A changed manifest rebuilds.
+  local manifest
+  manifest=$(sed "s|^  output_path: .*|  output_path: $out|" "$repo/collector-config/builder-config.yaml")
+  if [ -x "$out/otelcol-attest" ] && [ "$manifest" = "$(cat "$cache/builder-config.yaml" 2>/dev/null)" ]; then
+    return 0
+  fi
   say "building the Collector (ocb $OCB_VERSION, collector-config/builder-config.yaml): ~3 min on 2 cores"
   go install "go.opentelemetry.io/collector/cmd/builder@$OCB_VERSION"
-  # The manifest's output_path points into the repo for `make collector` by hand; the cache
-  # copy is the same manifest with its output path replaced.
-  sed "s|^  output_path: .*|  output_path: $out|" "$repo/collector-config/builder-config.yaml" >"$cache/builder-config.yaml"
+  rm -rf "$out"
+  printf '%s\n' "$manifest" >"$cache/builder-config.yaml"
   "$GOBIN/builder" --config "$cache/builder-config.yaml" >"$cache/collector-build.log" 2>&1 ||
     { tail -n 30 "$cache/collector-build.log" >&2; return 1; }
 }

@@ -49,6 +49,9 @@ class Pipeline:
     mapping: dict[str, str] = field(default_factory=dict)
     load_start: float = 0.0
     load_end: float = 0.0
+    app_logs: Any = None
+    """The app's log records as sent (an ExportLogsServiceRequest)."""
+    app_stderr: str = ""
 
     def start(self) -> Pipeline:
         self.jaeger = Jaeger(self.tmp).start()

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from google.protobuf.json_format import Parse
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from attest_otel import semconv
@@ -33,7 +34,8 @@ def sent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pipeline, P
     pipeline = Pipeline(tmp_path_factory.mktemp("pipeline"))
     try:
         pipeline.start()
-        spans_file, _ = pipeline.run_app(RUNS, PACE_S)
+        spans_file, logs_file = pipeline.run_app(RUNS, PACE_S)
+        pipeline.app_logs = Parse(logs_file.read_text(), ExportLogsServiceRequest())
         request = Parse(spans_file.read_text(), ExportTraceServiceRequest())
         traces: dict[str, list[Any]] = {}
         for rs in request.resource_spans:
@@ -158,6 +160,34 @@ def test_grade_log_events_reach_the_logs_pipeline(sent: tuple[Pipeline, Path, di
 
     assert pipeline.loki.wait_for(lambda rs: event_traces(rs) >= agents), pipeline.logs()
     assert event_traces(pipeline.loki.records()) == agents
+
+
+def test_the_apps_log_records_reach_the_logs_backend_once(
+    sent: tuple[Pipeline, Path, dict],
+) -> None:
+    """The app's log records (a run's content) go through the sidecar with their trace and
+    on to the logs pipeline, each once."""
+    pipeline, _, _ = sent
+
+    def app_records(records: list[Any]) -> list[tuple[str, str, str]]:
+        return sorted(
+            (r.trace_id.hex(), r.span_id.hex(), r.event_name)
+            for r in records
+            if r.event_name == "gen_ai.client.inference.operation.details"
+        )
+
+    want = app_records(
+        [
+            r
+            for rl in pipeline.app_logs.resource_logs
+            for sl in rl.scope_logs
+            for r in sl.log_records
+        ]
+    )
+    assert len(want) == RUNS
+    assert pipeline.loki.wait_for(lambda rs: len(app_records(rs)) >= len(want)), pipeline.logs()
+    time.sleep(0.5)
+    assert app_records(pipeline.loki.records()) == want
 
 
 QUERIES = sorted(
