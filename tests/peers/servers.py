@@ -9,6 +9,7 @@ free port for the rest, so the config under test is the shipped file, not a copy
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -87,11 +88,15 @@ class Process:
 
     args: list[str]
     log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Process:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | self.env
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.args, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
         return self
 
     def log(self) -> str:
@@ -208,7 +213,11 @@ class Jaeger:
         }
         path = self.tmp / "jaeger.yaml"
         path.write_text(yaml.safe_dump(config))
-        self.process = Process([peer("jaeger"), f"--config={path}"], self.tmp / "jaeger.log")
+        self.process = Process(
+            [peer("jaeger"), f"--config={path}"],
+            self.tmp / "jaeger.log",
+            env={"OTEL_TRACES_EXPORTER": "none"},  # not its own traces to localhost:4317
+        )
         self.process.start()
         self.process.wait_log(_READY)
         return self
