@@ -94,9 +94,7 @@ class Process:
     def start(self) -> Process:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | self.env
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.args, stdout=log, stderr=subprocess.STDOUT, env=env
-            )
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env)
         return self
 
     def log(self) -> str:
