@@ -167,8 +167,10 @@ def test_prometheus_scrapes_calls_runs_errors_and_score_buckets_by_their_exporte
     }
 
     buckets = prometheus.query("attest_tool_use_score_bucket")
-    by_le = {s["metric"]["le"]: float(s["value"][1]) for s in buckets}
-    assert by_le == {"0": 0, "0.25": 0, "0.5": 1, "0.75": 1, "0.9": 1, "1": 2, "+Inf": 2}
+    # Prometheus 3 writes `le` in float form when it scrapes ("1" is stored as "1.0").
+    by_le = {float(s["metric"]["le"]): float(s["value"][1]) for s in buckets}
+    inf = float("inf")
+    assert by_le == {0: 0, 0.25: 0, 0.5: 1, 0.75: 1, 0.9: 1, 1: 2, inf: 2}
     (median,) = prometheus.query(
         "histogram_quantile(0.5, sum by (le) (attest_tool_use_score_bucket))"
     )
