@@ -424,6 +424,7 @@ class Service:
                 max_json_bytes=rc.http_max_json_bytes,
                 workers=rc.http_workers,
                 max_connections=rc.http_max_connections,
+                max_per_peer=rc.http_max_per_peer,
                 header_timeout_s=rc.http_header_timeout_s,
                 body_timeout_s=rc.http_body_timeout_s,
                 max_concurrent_decodes=rc.max_concurrent_decodes,

@@ -1,0 +1,214 @@
+"""Hostile senders against a real `serve` (issue 26, items 4 and 5; docs/hostile-input-network.md).
+
+Slow sockets are driven from outside the sidecar process, as an attacker would: half-open
+connections that never finish their headers, and senders that drip their body. What must
+hold is that ordinary senders keep their latency, measured in the same run before and
+during the attack. Requests the next hop would refuse (invalid UTF-8 in a string field,
+nesting past a protobuf parser's depth limit) are refused before they are acknowledged.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import statistics
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from attest_otel.sidecar.wire import field_bytes
+from tests.sidecar.downstream import Downstream
+from tests.sidecar.helpers import Sidecar, free_port
+
+pytestmark = pytest.mark.timeout(180)
+
+_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+def _request(name: bytes, span_id: int, extra: bytes = b"") -> bytes:
+    """A plain (non-GenAI) request of one span named `name` (its bytes as given), with
+    `extra` appended to the span's encoding."""
+    span = Span(
+        trace_id=(span_id + 1).to_bytes(16, "big"),
+        span_id=span_id.to_bytes(8, "big"),
+        name="N" * len(name),
+        start_time_unix_nano=1,
+        end_time_unix_nano=2,
+    )
+    request = ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.append(span)
+    data = request.SerializeToString().replace(b"N" * len(name), name)
+    if extra:
+        scope_spans = request.resource_spans[0].scope_spans[0]
+        encoded = scope_spans.spans[0].SerializeToString().replace(b"N" * len(name), name)
+        inner = field_bytes(0x12, encoded + extra)  # ScopeSpans.spans
+        data = field_bytes(0x0A, field_bytes(0x12, inner))  # ResourceSpans.scope_spans
+    return data
+
+
+def _deep_attribute(depth: int) -> bytes:
+    """Span.attributes (field 9) holding an AnyValue nested `depth` arrays deep."""
+    value = field_bytes(0x0A, b"x")  # AnyValue.string_value
+    for _ in range(depth):
+        array = field_bytes(0x0A, value)  # ArrayValue.values
+        value = field_bytes(0x2A, array)  # AnyValue.array_value
+    key_value = field_bytes(0x0A, b"deep") + field_bytes(0x12, value)
+    return field_bytes(0x4A, key_value)
+
+
+def _post(port: int, body: bytes, conn: http.client.HTTPConnection | None = None) -> int:
+    own = conn is None
+    conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
+    response = conn.getresponse()
+    response.read()
+    if own:
+        conn.close()
+    return response.status
+
+
+def test_invalid_utf8_and_deep_messages_are_refused_before_acknowledgment(
+    sidecar: Sidecar, downstream: Downstream
+) -> None:
+    sidecar.start()
+    bad_utf8 = _request(b"GET /\xff\xfe", 1)
+    deep = _request(b"GET /deep", 2, _deep_attribute(5000))
+    with pytest.raises(Exception):  # noqa: B017 - what protobuf does with each of them
+        ExportTraceServiceRequest.FromString(bad_utf8)
+    with pytest.raises(Exception):  # noqa: B017
+        ExportTraceServiceRequest.FromString(deep)
+    channel = grpc.insecure_channel(sidecar.grpc_endpoint)
+    export = channel.unary_unary(_EXPORT)
+    try:
+        for body in (bad_utf8, deep):
+            assert _post(sidecar.http_port, body) == 400
+            with pytest.raises(grpc.RpcError) as refused:
+                export(body, timeout=10)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # The same shape with valid content is taken and forwarded.
+        good = _request(b"GET /ok", 3, _deep_attribute(20))
+        assert _post(sidecar.http_port, good) == 200
+        export(_request(b"GET /ok2", 4), timeout=10)
+    finally:
+        channel.close()
+    assert downstream.wait_spans({(3).to_bytes(8, "big").hex(), (4).to_bytes(8, "big").hex()})
+    time.sleep(0.5)
+    assert len(downstream.spans()) == 2, "a refused request reached the next hop"
+    text = sidecar.log()
+    assert "Traceback" not in text
+
+
+def _latencies(port: int, count: int) -> list[float]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    out = []
+    try:
+        for i in range(count):
+            started = time.perf_counter()
+            assert _post(port, _request(b"GET /orders", 1000 + i), conn) == 200
+            out.append(time.perf_counter() - started)
+    finally:
+        conn.close()
+    return out
+
+
+def _p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98]
+
+
+def test_300_slow_sockets_leave_normal_senders_their_latency(sidecar: Sidecar) -> None:
+    sidecar.start()
+    port = sidecar.http_port
+    _latencies(port, 20)  # warm up
+    before = _latencies(port, 200)
+    half_open = []
+    for _ in range(300):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n")  # headers never end
+        half_open.append(s)
+    dripping = []
+    for _ in range(40):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(
+            b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+            b"Content-Length: 100000\r\n\r\n\x0a"
+        )
+        dripping.append(s)
+    try:
+        time.sleep(0.3)
+        during = _latencies(port, 200)
+        for s in dripping:  # a byte each: the body is still coming
+            s.sendall(b"\x00")
+        # Every slow socket is still held open (none was closed to make room).
+        held = sum(1 for s in half_open + dripping if _still_open(s))
+    finally:
+        for s in half_open + dripping:
+            s.close()
+    p99_before, p99_during = _p99(before), _p99(during)
+    print(
+        f"p99 of 200 sequential requests: {p99_before * 1000:.1f} ms alone, "
+        f"{p99_during * 1000:.1f} ms with 300 half-open and 40 dripping sockets "
+        f"({held} of 340 still open)"
+    )
+    assert held == 340
+    assert p99_during < max(3 * p99_before, p99_before + 0.05), (p99_before, p99_during)
+
+
+def _still_open(s: socket.socket) -> bool:
+    s.setblocking(False)
+    try:
+        return s.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        s.setblocking(True)
+
+
+def test_1000_idle_sockets_on_metrics_cost_no_threads_and_a_scrape_still_works(
+    tmp_path: Path, downstream: Downstream
+) -> None:
+    metrics_port = free_port()
+    sidecar = Sidecar(
+        tmp_path,
+        downstream.endpoint,
+        config={"telemetry": {"prometheus": f"127.0.0.1:{metrics_port}"}},
+    )
+    try:
+        sidecar.start()
+        assert sidecar.proc is not None
+        threads_before = _threads(sidecar.proc.pid)
+        idle = [socket.create_connection(("127.0.0.1", metrics_port)) for _ in range(1000)]
+        try:
+            time.sleep(0.5)
+            threads_during = _threads(sidecar.proc.pid)
+            started = time.perf_counter()
+            conn = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=10)
+            conn.request("GET", "/metrics")
+            response = conn.getresponse()
+            body = response.read()
+            scrape_s = time.perf_counter() - started
+            conn.close()
+        finally:
+            for s in idle:
+                s.close()
+        print(
+            f"/metrics with 1000 idle sockets: threads {threads_before} -> {threads_during}, "
+            f"scrape {scrape_s * 1000:.0f} ms"
+        )
+        assert response.status == 200 and b"attest_sidecar" in body
+        # prometheus_client's server took a thread per connection: 1,000 more.
+        assert threads_during - threads_before <= 4
+    finally:
+        sidecar.stop_quietly()
+
+
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no thread count")
