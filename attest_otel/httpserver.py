@@ -148,6 +148,11 @@ class HttpServer:
     def start(self) -> int:
         self.max_connections = _room_for(self.max_connections)
         loop = asyncio.new_event_loop()
+        # A client that goes away mid-handshake or mid-answer is routine here, not an error
+        # for the operator's log: asyncio's default handler would print each one.
+        loop.set_exception_handler(
+            lambda _loop, context: log.debug("%s: %s", self.name, context.get("message"))
+        )
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=f"attest-otel-{self.name}")
         try:
             self._server = loop.run_until_complete(
@@ -155,8 +160,6 @@ class HttpServer:
                     self._connection,
                     self.host,
                     self.port,
-                    ssl=self.ssl_context,
-                    ssl_handshake_timeout=self.header_timeout_s if self.ssl_context else None,
                     limit=self.max_head_bytes,
                     backlog=1024,
                     reuse_address=True,
@@ -244,6 +247,17 @@ class HttpServer:
             writer.close()
             return
         try:
+            if self.ssl_context is not None:
+                # Here rather than in start_server, so a failed handshake is counted (and
+                # not logged by asyncio as an error) and bounded by the header deadline.
+                try:
+                    await writer.start_tls(
+                        self.ssl_context, ssl_handshake_timeout=self.header_timeout_s
+                    )
+                except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as e:
+                    self.count_rejection("tls_handshake")
+                    log.debug("%s: TLS handshake with %s failed: %s", self.name, peer, e)
+                    return
             while await self._one_request(conn, reader, writer):
                 conn.waiting_since = time.monotonic()
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
