@@ -110,6 +110,10 @@ class ReceiversConfig:
     grpc_endpoint: str = _key("grpc.endpoint", "address", "127.0.0.1:4317")
     grpc_max_recv_bytes: int = _key("grpc.max_recv_msg_size_mib", default=4 * MIB, **_SIZE_MIB)
     grpc_workers: int = _key("grpc.workers", "int", 8)
+    """gRPC threads for OTLP Export; the Grader API has its own on top (`grader_workers`)."""
+    grader_workers: int = _key("grpc.grader_workers", "int", 2)
+    """Grader API calls at once (GradeRun may wait on the model); more are refused at once
+    with RESOURCE_EXHAUSTED, so they never take the threads Export needs."""
     http_endpoint: str = _key("http.endpoint", "address", "127.0.0.1:4318")
     http_max_body_bytes: int = _key("http.max_request_body_size_mib", default=20 * MIB, **_SIZE_MIB)
     http_max_json_bytes: int = _key("http.max_json_body_size_mib", default=4 * MIB, **_SIZE_MIB)

@@ -48,6 +48,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from attest_otel.errors import ListenError
+from attest_otel.sidecar.api import MAX_REPLY_BYTES
 from attest_otel.sidecar.config import parse_host_port
 from attest_otel.sidecar.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
 
@@ -325,7 +326,7 @@ class GrpcReceiver:
             interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", self._max_recv_bytes),
-                ("grpc.max_send_message_length", 4 * 1024 * 1024),
+                ("grpc.max_send_message_length", MAX_REPLY_BYTES),
                 ("grpc.so_reuseport", 0),
             ],
         )

@@ -286,7 +286,7 @@ class Service:
     def _add_grader_api(self, server: Any) -> None:
 
         grader_pb2_grpc.add_GraderServicer_to_server(  # type: ignore[no-untyped-call]
-            GraderApi(self), server
+            GraderApi(self, self.config.receivers.grader_workers), server
         )
 
     def _submit(self, traces: list[HeldTrace]) -> None:
@@ -409,7 +409,7 @@ class Service:
                 rc.grpc_endpoint,
                 self.requests.accept,
                 max_recv_bytes=rc.grpc_max_recv_bytes,
-                workers=rc.grpc_workers,
+                workers=rc.grpc_workers + rc.grader_workers,
                 add_services=[self._add_grader_api],
                 tls=tls,
                 token=token,

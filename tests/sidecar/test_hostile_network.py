@@ -1,4 +1,4 @@
-"""Hostile senders against a real `serve` (issue 26, items 4 and 5; docs/hostile-input-network.md).
+"""Hostile senders against a real `serve` (issue 26, items 4, 5, 8; docs/hostile-input-network.md).
 
 Slow sockets are driven from outside the sidecar process, as an attacker would: half-open
 connections that never finish their headers, and senders that drip their body. What must
@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import socket
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -20,7 +21,9 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc, result_pb2
 from attest_otel.sidecar.wire import field_bytes
+from tests.fakes.messages_server import MessagesServer, verdict
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import Sidecar, free_port
 
@@ -212,3 +215,51 @@ def _threads(pid: int) -> int:
         if line.startswith("Threads:"):
             return int(line.split()[1])
     raise AssertionError("no thread count")
+
+
+def test_slow_grade_run_calls_take_their_own_threads_and_never_delay_an_export(
+    sidecar: Sidecar, downstream: Downstream, messages_server: MessagesServer
+) -> None:
+    """Item 8: eight GradeRun calls waiting on a slow model held all eight gRPC threads,
+    and an Export waited for them (39 s measured by the red team)."""
+    messages_server.responder = verdict(
+        {"outcome": "claimed_success", "reason": "Says paid."}, delay_s=4.0
+    )
+    sidecar.env = {"ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": messages_server.url}
+    sidecar.config = {"grading": {"model": {"enabled": True}}}
+    sidecar.start()
+    channel = grpc.insecure_channel(sidecar.grpc_endpoint)
+    stub = grader_pb2_grpc.GraderStub(channel)
+    run = result_pb2.Run(task="pay invoice 42", final_answer="Paid, all done.")
+    step = run.steps.add()
+    step.tool_call.name = "pay"
+    step.tool_call.output.string_value = "Error: card declined"
+    step.tool_call.is_error = True
+    outcomes: list[str] = []
+
+    def grade() -> None:
+        try:
+            stub.GradeRun(run, timeout=30)
+            outcomes.append("OK")
+        except grpc.RpcError as e:
+            outcomes.append(e.code().name)
+
+    callers = [threading.Thread(target=grade) for _ in range(8)]
+    try:
+        for t in callers:
+            t.start()
+        deadline = time.monotonic() + 10
+        while messages_server.calls == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert messages_server.calls >= 1, sidecar.log()
+        export = channel.unary_unary(_EXPORT)
+        started = time.perf_counter()
+        export(_request(b"GET /during", 77), timeout=30)
+        export_s = time.perf_counter() - started
+    finally:
+        for t in callers:
+            t.join(40)
+        channel.close()
+    print(f"Export during 8 slow GradeRun calls: {export_s * 1000:.0f} ms; outcomes {outcomes}")
+    assert export_s < 1.0, export_s
+    assert outcomes.count("OK") == 2 and outcomes.count("RESOURCE_EXHAUSTED") == 6, outcomes
