@@ -5,12 +5,13 @@ SDK's transport) rather than urllib, for three things a user behind a corporate 
 needs and urllib does not give together: the system trust store (via truststore), the
 standard proxy variables, and precise connect/read/TLS errors to translate.
 
-Three promises on top of httpx2's per-operation timeouts: the whole request, body
-included, ends within about `timeout_s` (a server dribbling one byte a second cannot hold
-us), and so does parsing it: a body that could not be parsed in the time left is refused
-before parsing starts (`PARSE_BYTES_PER_S`), since a parser in C cannot be interrupted; a body larger than `max_body_bytes` is refused rather than buffered; and redirects are
-followed only within the same origin (scheme, host, port), since the request carries the
-user's headers (an API key, a tenant id) and httpx2 would take them to any host. Every
+Four promises on top of httpx2's per-operation timeouts: the whole request, body included,
+ends within about `timeout_s` (a server dribbling one byte a second cannot hold us); so
+does parsing it, since a body that could not be parsed in the time left is refused before
+parsing starts (`PARSE_BYTES_PER_S`: a parser in C cannot be interrupted); a body larger
+than `max_body_bytes` is refused rather than buffered; and redirects are followed only
+within the same origin (scheme, host, port), since the request carries the user's headers
+(an API key, a tenant id) and httpx2 would take them to any host. Every
 failure leaves as a `SourceError` whose message names the backend and URL: a CLI user sees
 one line.
 """

@@ -318,7 +318,9 @@ def test_a_body_too_large_to_parse_in_the_time_left_is_refused_before_parsing(
     started = time.monotonic()
     with (
         HttpClient("jaeger", HttpOptions(timeout_s=2.0)) as client,
-        pytest.raises(SourceError, match=r"too large to parse in the .* --timeout 2 .*raise --timeout"),
+        pytest.raises(
+            SourceError, match=r"too large to parse in the .* --timeout 2 .*raise --timeout"
+        ),
     ):
         client.get(f"{backend.url}/huge")
     assert time.monotonic() - started < 2.0
