@@ -48,6 +48,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attest_otel.throttled_log import Throttled
+
 __all__ = ["BufferDirError", "DurableLog"]
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,7 @@ class DurableLog:
         self._where: dict[int, int] = {}  # a moved record -> the segment holding it now
         self.compactions = 0
         self.refused_full = 0
+        self._ack_failed = Throttled(log)  # a full disk fails every request's done mark
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._refs: dict[int, int] = {}
@@ -437,7 +440,7 @@ class DurableLog:
                 with open(segment.ack_path, "ab") as f:
                     f.write(_ACK.pack(rid))
         except OSError as e:  # a full disk: the record is replayed once more after a restart
-            log.warning("buffer-dir: cannot mark a record done (%s)", e.strerror or e)
+            self._ack_failed("buffer-dir: cannot mark a record done (%s)", e.strerror or e)
 
     @property
     def pending_records(self) -> int:

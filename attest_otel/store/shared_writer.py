@@ -36,6 +36,7 @@ from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.store.postgres import PostgresStore, PutItem, Unreachable
 from attest_otel.store.scrub import scrub_result, scrub_traces
 from attest_otel.store.sqlite import StoredGrade
+from attest_otel.throttled_log import Throttled
 
 __all__ = ["SharedStoreWriter"]
 
@@ -137,6 +138,7 @@ class SharedStoreWriter:
         self._failing_since: float | None = None
         self._refused_at = 0.0
         self._logged_at = 0.0
+        self._spool_failed = Throttled(log, logging.ERROR)  # a full disk: every write
         self._segments: dict[int, int] = {}
         self._segment = 0
         self._fd: int | None = None
@@ -212,7 +214,9 @@ class SharedStoreWriter:
         try:
             os.write(self._fd, blob)
         except OSError as e:  # kept in memory: written unless the process dies first
-            log.error("store: cannot spool a write under %s (%s)", self.spool_dir, e.strerror or e)
+            self._spool_failed(
+                "store: cannot spool a write under %s (%s)", self.spool_dir, e.strerror or e
+            )
             return
         self._segment_size += len(blob)
         item.segment = self._segment
