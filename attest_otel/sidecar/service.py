@@ -390,6 +390,10 @@ class Service:
                 if rc.auth_token_file is not None
                 else None
             )
+            if token is not None:  # an authenticated sender, not a self-declared name
+                self.buffer.fair_key = "ingest-token"
+                if self.regrader is not None:
+                    self.regrader.authenticated = True
             grader_token = (
                 TokenCheck(read_token(rc.grader_token_file))
                 if rc.grader_token_file is not None

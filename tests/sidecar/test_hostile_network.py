@@ -10,6 +10,7 @@ nesting past a protobuf parser's depth limit) are refused before they are acknow
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import statistics
 import threading
@@ -263,3 +264,75 @@ def test_slow_grade_run_calls_take_their_own_threads_and_never_delay_an_export(
     print(f"Export during 8 slow GradeRun calls: {export_s * 1000:.0f} ms; outcomes {outcomes}")
     assert export_s < 1.0, export_s
     assert outcomes.count("OK") == 2 and outcomes.count("RESOURCE_EXHAUSTED") == 6, outcomes
+
+
+def test_a_fail_turned_pass_by_late_spans_says_so_and_names_their_sender(
+    tmp_path: Path, sidecar: Sidecar, downstream: Downstream
+) -> None:
+    """Item 6: a late "successful retry" from any service.name turned a stored FAIL into a
+    PASS without a word. The rules still decide, but the flip is a WARNING naming who sent
+    the late spans, and the stored grade says what it was before and what changed."""
+    from opentelemetry import trace as otel
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.trace import NonRecordingSpan
+
+    from attest_otel.store import TraceStore
+    from tests.sidecar.helpers import agent_run, provider
+
+    sidecar.start()
+    tp = provider(OTLPSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True))
+    trace_id, ids = agent_run(
+        tp.get_tracer("tests.sidecar"),
+        tools=[("charge_card", None)],
+        answer="Your card was charged.",
+    )
+    agent_id = ids[-1]
+    tp.force_flush()
+    assert downstream.wait_spans(set(ids)), sidecar.log()
+    store = TraceStore(tmp_path / "store.db", readonly=True)
+
+    def verdicts() -> list[str]:
+        stored = store.get_trace(trace_id)
+        return [g.result["verdict"] for g in stored.grades] if stored else []
+
+    deadline = time.monotonic() + 10
+    while not verdicts() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert verdicts() == ["fail"], sidecar.log()
+
+    intruder = provider(
+        OTLPSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True), service="intruder"
+    )
+    agent = otel.SpanContext(
+        int(trace_id, 16),
+        int(agent_id, 16),
+        is_remote=True,
+        trace_flags=otel.TraceFlags(otel.TraceFlags.SAMPLED),
+    )
+    with intruder.get_tracer("x").start_as_current_span(
+        "execute_tool charge_card",
+        context=otel.set_span_in_context(NonRecordingSpan(agent)),
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "charge_card",
+            "gen_ai.tool.call.id": "call_retry",
+            "gen_ai.tool.call.arguments": json.dumps({"invoice": 42}),
+            "gen_ai.tool.call.result": "charged: ok",
+        },
+    ):
+        pass
+    intruder.force_flush()
+    deadline = time.monotonic() + 15
+    while verdicts() != ["pass"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert verdicts() == ["pass"], sidecar.log()  # the rules decide: a retry that worked
+    stored = store.get_trace(trace_id)
+    assert stored is not None
+    note = stored.grades[0].result["metadata"]["regraded"]
+    assert note["previous_verdict"] == "fail" and note["late_spans_from"] == ["intruder"]
+    assert note["sender_authenticated"] is False and note["findings_changed"], note
+    warnings = [line for line in sidecar.log().splitlines() if "from FAIL into PASS" in line]
+    assert len(warnings) == 1 and "intruder" in warnings[0], sidecar.log()
+    assert "self-declared" in warnings[0]
+    tp.shutdown()
+    intruder.shutdown()
