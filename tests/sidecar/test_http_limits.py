@@ -189,3 +189,25 @@ def test_decodes_wait_for_the_semaphore_then_get_503(counts: _Counts) -> None:
         conn.close()
     finally:
         receiver.stop()
+
+
+def test_json_senders_cannot_turn_away_gzip_protobuf_nor_one_sender_take_every_slot(
+    counts: _Counts,
+) -> None:
+    """Issue 26, item 4: JSON and gzip-protobuf shared one semaphore of two, so two JSON
+    senders turned away the Collector's default encoding. Each kind has its own slots now,
+    and one sender holds at most half of a kind's."""
+    receiver = _receiver(counts, max_concurrent_decodes=2, decode_wait_s=0.2)
+    try:
+        assert receiver.decodes.acquire("json", "10.0.0.1", 0)
+        assert receiver.decodes.acquire("json", "10.0.0.2", 0)  # JSON slots all taken
+        assert _post(receiver.port, gzip.compress(b""), encoding="gzip")[0] == 200
+        status, _ = _post(receiver.port, b"{}", "application/json")
+        assert status == 503  # JSON waits for its own kind
+        receiver.decodes.release("json", "10.0.0.2")
+        # 10.0.0.1 already holds half the JSON slots: it waits, another sender does not.
+        assert not receiver.decodes.acquire("json", "10.0.0.1", 0)
+        assert receiver.decodes.acquire("json", "10.0.0.3", 0)
+        assert counts.rejections.get("decode_busy") == 1
+    finally:
+        receiver.stop()
