@@ -69,5 +69,7 @@ if __name__ == "__main__":
         check = best(lambda d: check_message(d, ExportTraceServiceRequest), data)
         print(
             f"{spans} spans, {len(data)} B: plain walk {walk / spans * 1e6:.2f} us/span, "
-            f"split {split / spans * 1e6:.2f} us/span, protobuf check {check / spans * 1e6:.2f} us/span ({check / walk:.2f}x the plain walk)"
+            f"split {split / spans * 1e6:.2f} us/span, "
+            f"protobuf check {check / spans * 1e6:.2f} us/span "
+            f"({check / walk:.2f}x the plain walk)"
         )
