@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from attest_otel.model import shown_score
 from attest_otel.report.stats import NO_AGENT, Rate, Report, iso_time, percent
 from attest_otel.terminal import printable
 
@@ -110,7 +111,7 @@ def _render(report: Report, width: int, limit: int) -> str:
                 ["score", "verdict", "failed", "trace id", "agent", "summary"],
                 [
                     [
-                        f"{w.score:.2f}",
+                        f"{shown_score(w.score):.2f}",
                         w.verdict,
                         str(w.failed_calls),
                         w.trace_id,
