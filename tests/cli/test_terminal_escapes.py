@@ -85,3 +85,12 @@ def test_the_text_report_prints_control_characters_as_escapes() -> None:
     )
     text = render_text(build_report([record], since_ns=0, until_ns=10), width=400)
     _assert_inert(text)
+
+
+def test_a_cut_call_sequence_counts_calls_whatever_the_tool_names_hold() -> None:
+    from attest_otel.cli.render import call_sequence
+
+    names = ["lookup xyz"] * 3 + [f"tool {i} x9" for i in range(40)]
+    line = call_sequence(names, width=60)
+    assert line.startswith("lookup xyz x3 -> ")
+    assert line.endswith("in all)") and "43 in all" in line
