@@ -135,6 +135,8 @@ class HttpServer:
         self.ssl_context = ssl_context
         self.count_rejection = on_rejection
         self._conns: set[_Conn] = set()
+        self._busy = 0
+        """Requests handed to the pool and not answered yet."""
         self._per_peer: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -179,22 +181,26 @@ class HttpServer:
         self._thread.start()
         return self.port
 
-    def stop(self) -> None:
-        """Stops accepting and closes every connection; requests being worked on finish
-        on their pool thread, their answers are dropped."""
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stops accepting, lets requests being worked on send their answer (up to
+        `grace_s`: an accepted request that is not answered is sent again), then closes
+        every connection."""
         loop, server = self._loop, self._server
         if loop is None or server is None:
             return
 
         async def close() -> None:
             server.close()
+            deadline = loop.time() + grace_s
+            while self._busy and loop.time() < deadline:
+                await asyncio.sleep(0.02)
             for conn in list(self._conns):
                 conn.writer.close()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 2)
 
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(close(), loop).result(5)
+            asyncio.run_coroutine_threadsafe(close(), loop).result(grace_s + 5)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(5)
@@ -305,8 +311,12 @@ class HttpServer:
                 return False
             request.body = body
         loop = asyncio.get_running_loop()
-        response = await loop.run_in_executor(self._pool, self.app.handle, request)
-        await self._write(writer, response)
+        self._busy += 1
+        try:
+            response = await loop.run_in_executor(self._pool, self.app.handle, request)
+            await self._write(writer, response)
+        finally:
+            self._busy -= 1
         return keep_alive and not response.close
 
     async def _read_body(self, reader: asyncio.StreamReader, length: int) -> bytes | None:
