@@ -336,3 +336,41 @@ def test_a_fail_turned_pass_by_late_spans_says_so_and_names_their_sender(
     assert "self-declared" in warnings[0]
     tp.shutdown()
     intruder.shutdown()
+
+
+def test_grade_trace_refuses_an_answer_over_the_send_limit_before_grading(
+    sidecar: Sidecar, downstream: Downstream
+) -> None:
+    """Item 8: the reply size was checked only after grading (and the model budget spent):
+    a run whose content alone passes the 4 MiB send limit is refused before."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from attest_otel._proto.attest_otel.v1 import grader_pb2
+    from tests.sidecar.helpers import agent_run, provider
+
+    sidecar.start()
+    tp = provider(OTLPSpanExporter(endpoint=f"{sidecar.http_url}/v1/traces"))
+    tools = [(f"lookup_{i}", f"page {i}: " + "x" * (600 << 10)) for i in range(10)]
+    trace_id, ids = agent_run(tp.get_tracer("tests.sidecar"), tools=tools)
+    assert tp.force_flush()
+    assert downstream.wait_spans(set(ids), timeout=30), sidecar.log()
+    channel = grpc.insecure_channel(sidecar.grpc_endpoint)
+    stub = grader_pb2_grpc.GraderStub(channel)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                stub.GradeTrace(grader_pb2.GradeTraceRequest(trace_id=trace_id), timeout=30)
+                raise AssertionError("6 MiB of tool results fitted in the 4 MiB send limit")
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.NOT_FOUND and time.monotonic() < deadline:
+                    time.sleep(0.2)  # not stored yet
+                    continue
+                assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.details()
+                assert "answer limit" in (e.details() or "") and "grade --trace-id" in (
+                    e.details() or ""
+                )
+                break
+    finally:
+        channel.close()
+        tp.shutdown()
