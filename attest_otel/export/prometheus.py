@@ -57,11 +57,11 @@ def count_points(metrics_data: MetricsData | None) -> int:
 
 
 class _MetricsApp:
-    """GET `/metrics` (any other path: 404), rendered on a pool thread."""
+    """GET `/metrics` (any other path: 404), rendered on a pool thread in the format the
+    scraper's Accept header asks for, as prometheus_client's own server chooses it."""
 
-    def __init__(self, render: Any, content_type: str) -> None:
+    def __init__(self, render: Any) -> None:
         self._render = render
-        self._content_type = content_type
 
     def head(self, request: Request) -> Response | int:
         if request.method != "GET":
@@ -73,7 +73,13 @@ class _MetricsApp:
     def handle(self, request: Request) -> Response:
         if request.path not in ("/metrics", "/"):
             return Response(404, b"not found\n")
-        return Response(200, self._render(), self._content_type)
+        body, content_type = self._render(request.headers.get("accept", ""))
+        return Response(200, body, content_type)
+
+
+def _render(registry: Any, chosen: tuple[Any, str]) -> tuple[bytes, str]:
+    encoder, content_type = chosen
+    return encoder(registry), content_type
 
 
 class PrometheusEndpoint:
@@ -113,7 +119,8 @@ def start_prometheus(address: str) -> PrometheusEndpoint:
     host, port = parse_address(address)
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.exposition import choose_encoder
     except ImportError as e:
         raise UsageError(f"{_INSTALL_HINT}; missing: {e.name}") from None
 
@@ -136,7 +143,7 @@ def start_prometheus(address: str) -> PrometheusEndpoint:
     server = HttpServer(
         host,
         port,
-        _MetricsApp(lambda: generate_latest(registry), CONTENT_TYPE_LATEST),
+        _MetricsApp(lambda accept: _render(registry, choose_encoder(accept))),
         name="metrics",
         workers=2,
         max_connections=1024,
