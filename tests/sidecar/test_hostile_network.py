@@ -158,7 +158,9 @@ def test_300_slow_sockets_leave_normal_senders_their_latency(sidecar: Sidecar) -
         f"({held} of 340 still open)"
     )
     assert held == 340
-    assert p99_during < max(3 * p99_before, p99_before + 0.05), (p99_before, p99_during)
+    # Seconds each, before (the red team: 7-9.5 s added by 40 slow senders); the bound
+    # leaves room for a shared machine, not for a request waiting on a slow one.
+    assert p99_during < max(3 * p99_before, p99_before + 0.25), (p99_before, p99_during)
 
 
 def _still_open(s: socket.socket) -> bool:
