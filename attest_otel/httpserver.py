@@ -281,7 +281,8 @@ class HttpServer:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.header_timeout_s)
         except TimeoutError:
-            self.count_rejection("timeout")
+            if not conn.evicted:  # counted once: as evicted, or here
+                self.count_rejection("timeout")
             return False
         except asyncio.IncompleteReadError as e:
             if e.partial.strip() and not conn.evicted:
