@@ -21,6 +21,7 @@ from attest_otel.adapt.base import (
     OUTPUT,
     Message,
     ToolReply,
+    Role,
     ToolRequest,
     Want,
     captured,
@@ -87,7 +88,8 @@ def from_models(
     in a later call's input, which repeats the whole history, so inputs are read newest
     first and only until every wanted result is found.
     """
-    if calls and not direct and _fill_nearby(logs, calls, groups):
+    if calls and not direct and _fill_nearby(logs, calls, groups) and _accounted(logs, calls, groups):
+        _flag_errors(logs, calls, groups)
         return
     requests: list[_Request] = []
     seen: set[str] = set()
@@ -134,6 +136,9 @@ def from_models(
 
     by_id = {c.call_id: c for c in calls if c.call_id is not None}
     had_spans = bool(calls)
+    heard: set[int] = set()
+    asked = {r.req.call_id for r in requests if r.req.call_id is not None}
+    """Positions in `calls` of requests no span accounts for, in a run with tool spans."""
     claimable = guard.Claimable(_unclaimed)
     for call in calls:
         claimable.add(call)
@@ -143,6 +148,8 @@ def from_models(
         target = by_id.get(req.call_id) if req.call_id is not None else None
         if target is None:
             target = _claim_by_name(claimable, handoffs, req, request.time)
+        if target is None and had_spans:
+            target = _stray(calls, req, asked)
         if target is not None:
             _take_request(target, req)
             continue
@@ -168,7 +175,11 @@ def from_models(
                 )
             )
             claimable.add(calls[-1])
-        elif not had_spans:
+        else:
+            # A call the spans do not show (none at all, or one never ended): the model asked
+            # for it; with spans elsewhere in the run it counts once its result is found.
+            if had_spans:
+                heard.add(len(calls))
             calls.append(
                 Call(
                     name=req.name,
@@ -198,14 +209,70 @@ def from_models(
     if wanted and build.node is not None:
         for msg in build.node.part(INPUT, logs) or ():
             _collect_replies(msg, replies)
+    if groups:
+        for msg in groups[-1].part(INPUT, logs) or ():
+            _collect_replies(msg, replies)
     for call in calls:
-        if call.output_captured or call.call_id is None:
+        if call.call_id is None:
             continue
         answered = replies.get(call.call_id)
-        if answered is not None:
+        if answered is None:
+            continue
+        if not call.output_captured:
             call.output = answered.content
             call.output_captured = True
-            if answered.is_error and call.node is None:
+        if answered.is_error:
+            call.is_error = True  # an error either witness shows is an error
+    if heard:
+        unanswered = {i for i in heard if not calls[i].output_captured}
+        calls[:] = [c for i, c in enumerate(calls) if i not in unanswered]
+
+
+def _stray(calls: list[Call], req: ToolRequest, asked: set[str]) -> Call | None:
+    """A span of the requested tool whose own call id no request knows: the witnesses
+    disagree on the id, not on the call, so the span answers the request."""
+    for call in calls:
+        if (
+            not call.claimed
+            and call.name == req.name
+            and call.call_id is not None
+            and call.call_id not in asked
+        ):
+            return call
+    return None
+
+
+def _accounted(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> bool:
+    """Whether every tool call the model asked for has a span: by call id, else by name and
+    count among the spans without one. Requests are small: this reads each model call's
+    output only."""
+    ids = {c.call_id for c in calls if c.call_id is not None}
+    names: dict[str, int] = {}
+    for call in calls:
+        if call.call_id is None and isinstance(call.name, str):
+            names[call.name] = names.get(call.name, 0) + 1
+    for group in groups:
+        for msg in group.part(OUTPUT, logs) or ():
+            for req in msg.tool_calls:
+                if req.call_id is not None and req.call_id in ids:
+                    continue
+                left = names.get(req.name, 0)
+                if left <= 0:
+                    return False
+                names[req.name] = left - 1
+    return True
+
+
+def _flag_errors(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> None:
+    """The results the model was given, flagged as errors (`is_error` on a tool-result
+    block), mark their calls: the newest request repeats the whole history."""
+    replies: dict[str, ToolReply] = {}
+    for msg in groups[-1].part(INPUT, logs) or ():
+        _collect_replies(msg, replies)
+    for call in calls:
+        if call.call_id is not None:
+            reply = replies.get(call.call_id)
+            if reply is not None and reply.is_error:
                 call.is_error = True
 
 
@@ -276,6 +343,58 @@ def dedupe(calls: list[Call]) -> list[Call]:
             continue
         _merge(twin, call)
     return kept
+
+
+def fold_requests(calls: list[Call]) -> list[Call]:
+    """A tool span inside a model span is the model's request for the call, recorded as a
+    span of its own; the execution span of the same call (same id, else the next one of the
+    same name that is not itself a request) is the call, and takes the request's id and
+    arguments. A request no execution span answers stays a call: the model asked for it
+    (issue 25, class 1). `calls` are in start order (`dedupe`)."""
+    requests = [c for c in calls if c.node is not None and _in_model(c.node)]
+    if not requests:
+        return calls
+    asked = {id(c) for c in requests}
+    executions = [c for c in calls if id(c) not in asked]
+    taken: set[int] = set()
+    folded: set[int] = set()
+    for req in requests:
+        twin = None
+        if req.call_id is not None:
+            twin = next((c for c in executions if c.call_id == req.call_id), None)
+        if twin is None:
+            twin = next(
+                (
+                    c
+                    for c in executions
+                    if id(c) not in taken
+                    and c.call_id is None
+                    and c.name == req.name
+                    and c.start >= req.start
+                ),
+                None,
+            )
+        if twin is None:
+            continue
+        taken.add(id(twin))
+        folded.add(id(req))
+        if twin.call_id is None:
+            twin.call_id = req.call_id
+        if not twin.args_captured and req.args_captured:
+            twin.arguments, twin.args_captured = req.arguments, True
+    return [c for c in calls if id(c) not in folded]
+
+
+def _in_model(node: Node) -> bool:
+    """Whether a span sits inside a model span of its run (no agent or tool span between)."""
+    parent = node.parent
+    for _ in range(4):
+        if parent is None or parent.role in (Role.AGENT, Role.TOOL, Role.HANDOFF):
+            return False
+        if parent.role is Role.MODEL:
+            return True
+        parent = parent.parent
+    return False
 
 
 _TWIN_WINDOW = 64
@@ -434,10 +553,13 @@ def _status_text(span: Span) -> str | None:
 
 
 def error_fields(call: Call) -> None:
-    """ERROR status sets is_error; other statuses leave it to the output text (docs/rules.md,
-    point 2)."""
+    """ERROR status sets is_error, and so does `error.type` on a span whose status does not
+    show it (an instrumentation that set OK first: the SDK keeps the first final status);
+    other statuses leave it to the output text (docs/rules.md, point 2)."""
     node = call.node
-    if node is not None and node.span.status_code == STATUS_ERROR:
+    if node is not None and (
+        node.span.status_code == STATUS_ERROR or node.span.attributes.get("error.type")
+    ):
         call.is_error = True
     if call.is_error:
         text = output_text(call.output).strip() if call.output_captured else ""

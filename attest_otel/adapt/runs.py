@@ -45,6 +45,7 @@ from attest_otel.adapt.matching import (
     answer_text,
     dedupe,
     error_fields,
+    fold_requests,
     from_models,
     model_calls,
     to_tool_call,
@@ -328,7 +329,7 @@ class _Trace:
                 models.append(node)
             else:
                 calls.append(self._span_call(node, seq))
-        calls = dedupe(calls)
+        calls = fold_requests(dedupe(calls))
         groups = model_calls(models)
 
         invoked = self._invocations(build)
@@ -340,8 +341,7 @@ class _Trace:
                 call.output_captured = True
         invoked_ids = {id(n) for n in invoked.values()}
         direct = [n for n in build.nested if id(n) not in invoked_ids]
-        missing = any(not c.output_captured or not c.args_captured for c in calls)
-        if groups and (not calls or missing or direct):
+        if groups:
             from_models(self.logs, build, calls, groups, direct)
         # A handoff passes control on; it is not a tool call (it only claimed its request).
         calls = [c for c in calls if c.node is None or c.node.role is not Role.HANDOFF]
