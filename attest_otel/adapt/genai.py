@@ -11,7 +11,6 @@ Both forms live side by side in the wild, sometimes from one library depending o
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from typing import Any

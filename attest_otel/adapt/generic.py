@@ -321,8 +321,8 @@ def protocol_span(span: Span) -> bool:
 
 
 def bare_name(name: str) -> str | None:
-    """`lookup_order.run` or `lookup_order.tool` -> `lookup_order`, `tool: x` -> `x`; a dotted instrumentation name
-    (`haystack.agent.step.tool`) names no tool and gives None."""
+    """`lookup_order.run` or `lookup_order.tool` -> `lookup_order`, `tool: x` -> `x`; a
+    dotted instrumentation name (`haystack.agent.step.tool`) names no tool and gives None."""
     text = name.strip()
     for prefix in _NAME_PREFIXES:
         if text.startswith(prefix):

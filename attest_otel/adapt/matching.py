@@ -20,8 +20,8 @@ from attest_otel.adapt.base import (
     INPUT,
     OUTPUT,
     Message,
-    ToolReply,
     Role,
+    ToolReply,
     ToolRequest,
     Want,
     captured,
@@ -88,7 +88,12 @@ def from_models(
     in a later call's input, which repeats the whole history, so inputs are read newest
     first and only until every wanted result is found.
     """
-    if calls and not direct and _fill_nearby(logs, calls, groups) and _accounted(logs, calls, groups):
+    if (
+        calls
+        and not direct
+        and _fill_nearby(logs, calls, groups)
+        and _accounted(logs, calls, groups)
+    ):
         _flag_errors(logs, calls, groups)
         return
     requests: list[_Request] = []
