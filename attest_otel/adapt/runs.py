@@ -46,12 +46,12 @@ from attest_otel.adapt.matching import (
     dedupe,
     error_fields,
     fold_requests,
-    from_models,
     model_calls,
     to_tool_call,
 )
 from attest_otel.adapt.span_policy import from_span
 from attest_otel.adapt.tree import CALLS, Node, RunBuild, depths, run_builds, up
+from attest_otel.adapt.witness import from_models
 from attest_otel.model import LogRecord, Run, Span, Step
 
 __all__ = ["TraceRuns", "runs_from_spans"]
