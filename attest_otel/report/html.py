@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from urllib.parse import quote
 
+from attest_otel.model import shown_score
 from attest_otel.report.stats import NO_AGENT, Rate, Report, WorstRun, iso_time, percent
 
 __all__ = ["CSP", "render_html"]
@@ -253,7 +254,7 @@ def render_html(report: Report, *, trace_url: str | None = None) -> str:
                 ["score", "verdict", "failed calls", "agent", "trace", "summary"],
                 [
                     [
-                        f"{w.score:.2f}",
+                        f"{shown_score(w.score):.2f}",
                         escape(w.verdict),
                         str(w.failed_calls),
                         escape(w.agent or NO_AGENT),
