@@ -356,7 +356,7 @@ class _Trace:
             run.agent = anchor.dialect.agent_name(anchor.span) or _wrapper_name(anchor)
         if build.node is None or _implicit(build.node):
             run.agent = self._state_name(build.root) or run.agent
-        self._describe(run, anchor, groups)
+        self._describe(run, anchor, groups, build.last)
         if answer_call is not None and run.final_answer is None:
             run.final_answer = answer_text(answer_call)
         run.steps = [Step(to_tool_call(c)) for c in calls]  # by position: see the guard above
@@ -406,15 +406,18 @@ class _Trace:
                 out[id(tool)] = nested
         return out
 
-    def _describe(self, run: Run, anchor: Node | None, groups: list[ModelCall]) -> None:
-        """Task, answer, system prompt and offered tools: the run span's, else its models'."""
+    def _describe(
+        self, run: Run, anchor: Node | None, groups: list[ModelCall], last: Node | None = None
+    ) -> None:
+        """Task, answer, system prompt and offered tools: the run span's, else its models'.
+        A run of turns (`tree._conversations`) answers in its last turn."""
         logs = self.logs
         task = answer = system = None
         tools: list[dict[str, Any]] = []
         if anchor is not None:
             describe = frozenset((TASK, ANSWER, SYSTEM, TOOLS))
             task = anchor.part(TASK, logs, describe)
-            answer = anchor.part(ANSWER, logs, describe)
+            answer = (last or anchor).part(ANSWER, logs, describe)
             system = anchor.part(SYSTEM, logs, describe)
             tools = list(anchor.part(TOOLS, logs, describe) or ())
         if groups:

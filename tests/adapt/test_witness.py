@@ -283,3 +283,33 @@ def test_attribute_less_spans_named_by_role_with_content_in_span_events() -> Non
         "total 19.5",
     )
     assert charge.name == "charge_card" and charge.is_error is True
+
+
+def test_a_two_participant_chat_is_one_run_of_the_assistant() -> None:
+    """The assistant's turns (with the model calls) alternate with a user proxy's turns
+    (which run the tools) as sibling agent spans: one run, each call once, the answer from
+    the assistant's last turn."""
+    t = Trace()
+    chat = t.span("chat_session", start=0, end=100)
+
+    def turn(who: str, start: int, **attrs: Any) -> Span:
+        return t.span(
+            f"invoke_agent {who}",
+            {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": who, **attrs},
+            parent=chat,
+            start=start,
+            end=start + 9,
+        )
+
+    ask = _parts_call("call_1", "lookup_order", {"order_id": 42})
+    first = turn("billing", 0, **{"gen_ai.input.messages": js([USER])})
+    _chat(t, first, 1, [USER], [ask])
+    proxy = turn("user_proxy", 10)
+    _tool(t, proxy, 11, "lookup_order", {"gen_ai.tool.call.id": "call_1"})
+    answer = {"role": "assistant", "parts": [_text("Order 42 is 19.50 EUR.")]}
+    last = turn("billing", 20, **{"gen_ai.output.messages": js([answer])})
+    _chat(t, last, 21, [USER, _asked(ask), _told("call_1", "total 19.5")], answer["parts"])
+    run = t.run()
+    assert (run.agent, run.task, run.final_answer) == ("billing", TASK, "Order 42 is 19.50 EUR.")
+    (call,) = calls(run)
+    assert (call.name, call.output) == ("lookup_order", "total 19.5")
