@@ -135,6 +135,65 @@ def fold_requests(calls: list[Call]) -> list[Call]:
     return [c for c in calls if id(c) not in folded]
 
 
+_OPEN, _RESULT, _FAILED, _CLOSE = "open", "result", "failed", "close"
+_PHASES = {
+    "start": _OPEN,
+    "started": _OPEN,
+    "begin": _OPEN,
+    "success": _RESULT,
+    "succeeded": _RESULT,
+    "end": _RESULT,
+    "ended": _RESULT,
+    "result": _RESULT,
+    "complete": _RESULT,
+    "completed": _RESULT,
+    "error": _FAILED,
+    "failed": _FAILED,
+    "failure": _FAILED,
+    "exception": _FAILED,
+    "finish": _CLOSE,
+    "finished": _CLOSE,
+    "close": _CLOSE,
+}
+_PHASE_SUFFIXES = (".event", "_event", ".phase", ".stage", ".lifecycle", "event.name")
+
+
+def _phase(call: Call) -> str | None:
+    """The lifecycle event a tool span records (`tool.event = start`), if it is one."""
+    if call.node is None:
+        return None
+    for key, value in call.node.span.attributes.items():
+        if isinstance(value, str) and len(value) < 16 and key.lower().endswith(_PHASE_SUFFIXES):
+            phase = _PHASES.get(value.strip().lower())
+            if phase is not None:
+                return phase
+    return None
+
+
+def fold_lifecycle(calls: list[Call]) -> list[Call]:
+    """A call recorded as one span per lifecycle event (start, success or error, finish) is
+    one call: the events after a start, up to its finish, fold into it, and an error event
+    makes it an error (issue 25, class 1). `calls` are in start order (`dedupe`)."""
+    opened: dict[Any, Call] = {}
+    kept: list[Call] = []
+    for call in calls:
+        phase = _phase(call)
+        current = opened.get(call.name) if phase is not None else None
+        if phase is None or phase == _OPEN or current is None:
+            kept.append(call)
+            if phase is not None and phase != _CLOSE:
+                opened[call.name] = call
+            continue
+        _merge(current, call)
+        current.end = max(current.end, call.end)
+        if phase == _FAILED or call.is_error:
+            current.is_error = True
+            current.error_text = current.error_text or call.error_text
+        if phase == _CLOSE:
+            del opened[call.name]
+    return kept
+
+
 def _in_model(node: Node) -> bool:
     """Whether a span sits inside a model span of its run (no agent or tool span between)."""
     parent = node.parent

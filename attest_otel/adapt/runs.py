@@ -45,6 +45,7 @@ from attest_otel.adapt.matching import (
     answer_text,
     dedupe,
     error_fields,
+    fold_lifecycle,
     fold_requests,
     model_calls,
     to_tool_call,
@@ -329,7 +330,7 @@ class _Trace:
                 models.append(node)
             else:
                 calls.append(self._span_call(node, seq))
-        calls = fold_requests(dedupe(calls))
+        calls = fold_lifecycle(fold_requests(dedupe(calls)))
         groups = model_calls(models)
 
         invoked = self._invocations(build)

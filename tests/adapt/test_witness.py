@@ -313,3 +313,34 @@ def test_a_two_participant_chat_is_one_run_of_the_assistant() -> None:
     assert (run.agent, run.task, run.final_answer) == ("billing", TASK, "Order 42 is 19.50 EUR.")
     (call,) = calls(run)
     assert (call.name, call.output) == ("lookup_order", "total 19.5")
+
+
+def test_a_call_recorded_as_one_span_per_lifecycle_event_is_one_call() -> None:
+    """start (name, arguments), error (message), finish: three spans, one call, an error."""
+    t = Trace()
+    agent = _agent(t)
+
+    def phase(event: str, start: int, **attrs: Any) -> None:
+        t.span(
+            "tool_call",
+            {"acme.span.type": "tool_call", "acme.tool.event": event, **attrs},
+            parent=agent,
+            start=start,
+            end=start,
+        )
+
+    ok = {"gen_ai.tool.name": "lookup_order"}
+    phase("start", 10, **ok, **{"gen_ai.tool.call.arguments": js({"order_id": 42})})
+    phase("success", 11, **ok, **{"gen_ai.tool.call.result": "total 19.5"})
+    phase("finish", 12, **ok)
+    bad = {"gen_ai.tool.name": "charge_card"}
+    phase("start", 20, **bad, **{"gen_ai.tool.call.arguments": js({"order_id": 42})})
+    phase("error", 21, **bad, **{"error.type": "ToolError"})
+    phase("finish", 22, **bad)
+    look, charge = calls(t.run())
+    assert (look.name, look.arguments, look.output) == (
+        "lookup_order",
+        {"order_id": 42},
+        "total 19.5",
+    )
+    assert (charge.name, charge.is_error) == ("charge_card", True)
