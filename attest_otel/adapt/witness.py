@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from attest_otel.adapt import guard
 from attest_otel.adapt.base import (
+    ANSWER,
     INPUT,
     OUTPUT,
     Message,
@@ -28,6 +29,8 @@ from attest_otel.adapt.matching import Call, ModelCall
 from attest_otel.adapt.tree import Logs, Node, RunBuild
 
 __all__ = ["from_models"]
+
+_ANSWER = frozenset((ANSWER,))
 
 
 def from_models(
@@ -169,7 +172,7 @@ def from_models(
     if wanted and build.node is not None:
         for msg in build.node.part(INPUT, logs) or ():
             _collect_replies(msg, replies)
-    if groups:
+    if groups and _may_flag(groups[-1], logs):
         for msg in groups[-1].part(INPUT, logs) or ():
             _collect_replies(msg, replies)
     for call in calls:
@@ -211,8 +214,10 @@ def _accounted(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> bool:
     for call in calls:
         if call.call_id is None and isinstance(call.name, str):
             names[call.name] = names.get(call.name, 0) + 1
+    last = groups[-1]
     for group in groups:
-        for msg in group.part(OUTPUT, logs) or ():
+        # The last reply is the run's answer too (`runs._describe`): one parse for both.
+        for msg in group.part(OUTPUT, logs, _ANSWER if group is last else frozenset()) or ():
             for req in msg.tool_calls:
                 if req.call_id is not None and req.call_id in ids:
                     continue
@@ -226,6 +231,10 @@ def _accounted(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> bool:
 def _flag_errors(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> None:
     """The results the model was given, flagged as errors (`is_error` on a tool-result
     block), mark their calls: the newest request repeats the whole history."""
+    if not any(c.call_id is not None and not c.is_error for c in calls):
+        return
+    if not _may_flag(groups[-1], logs):
+        return
     replies: dict[str, ToolReply] = {}
     for msg in groups[-1].part(INPUT, logs) or ():
         _collect_replies(msg, replies)
@@ -234,6 +243,25 @@ def _flag_errors(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> None
             reply = replies.get(call.call_id)
             if reply is not None and reply.is_error:
                 call.is_error = True
+
+
+_FLAG_MARKS = ("is_error", '"error', "'error")
+"""What an error flag on a tool result looks like in the raw text of any convention read
+(`is_error`, Vercel's `"error-text"`, Bedrock's `"status": "error"`)."""
+
+
+def _may_flag(group: ModelCall, logs: Logs) -> bool:
+    """Whether the model call's raw content may flag a result as an error: a substring test
+    that spares parsing the whole history for the common trace that flags nothing. Content
+    in log records is always read."""
+    for node in group.members:
+        span = node.span
+        if logs.get((span.trace_id, span.span_id)):
+            return True
+        for value in span.attributes.values():
+            if isinstance(value, str) and any(mark in value for mark in _FLAG_MARKS):
+                return True
+    return False
 
 
 def _fill_nearby(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> bool:
