@@ -80,16 +80,28 @@ def run_block(title: str, run: Run, result: CheckResult, *, indent: str = "") ->
         lines.extend(finding_line(f, indent=indent + "  ") for f in result.findings)
     else:
         lines.append(f"{indent}  no tool calls")
+    mark = click.style(_MARK["warn"], fg=_COLOUR["warn"], bold=True)
+    for gap in unread(result):
+        lines.append(wrapped(f"{mark} not read whole: {gap}", f"{indent}  "))
     return "\n".join(lines)
+
+
+def unread(result: CheckResult) -> list[str]:
+    """Why the run could not be read whole (`Run.gaps`, kept in the result's metadata)."""
+    found = result.metadata.get("gaps")
+    return [str(g) for g in found] if isinstance(found, list) else []
 
 
 def totals(results: Sequence[CheckResult]) -> str:
     passed = sum(r.verdict == "pass" for r in results)
     review = sum(r.verdict == "review" for r in results)
+    unread_runs = sum(bool(unread(r)) for r in results)
     failed = sum(r.verdict == "fail" for r in results)
     parts = [f"{len(results)} run{'s' if len(results) != 1 else ''}", f"{passed} passed"]
     if review:
         parts.append(f"{review} to review")
+        if unread_runs:
+            parts[-1] += f" ({unread_runs} could not be read whole)"
     parts.append(f"{failed} failed")
     return ", ".join(parts)
 
@@ -106,6 +118,7 @@ def trace_json(graded: GradedTrace) -> dict[str, Any]:
                 "task": g.run.task,
                 "final_answer": g.run.final_answer,
                 "content_captured": g.run.content_captured,
+                "gaps": list(g.run.gaps),
                 "stored_grade": g.stored,
                 "result": g.result.to_dict(),
             }
