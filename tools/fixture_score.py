@@ -180,8 +180,8 @@ def _row(name: str, s: dict[str, int]) -> str:
     return (
         f"{name:40} {frac('calls_right', 'calls_total'):>12} {frac('task_right', 'runs_total'):>9} "
         f"{frac('answer_right', 'runs_total'):>9} {frac('runs_right', 'runs_total'):>11} "
-        f"{s['extra_runs']:>6}   {s['verdict_right']:>9}/{s['verdict_review']}/{s['verdict_wrong']:<8}"
-        f" {s['fail_as_pass']:>10}"
+        f"{s['extra_runs']:>6}   {s['verdict_right']:>9}/{s['verdict_review']}/"
+        f"{s['verdict_wrong']:<8} {s['fail_as_pass']:>10}"
     )
 
 

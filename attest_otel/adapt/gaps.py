@@ -194,12 +194,14 @@ def find(
 
 def _handoff(call: Call, agents: Collection[str]) -> bool:
     """A handoff passes control and returns nothing: there is no result to miss. Without a
-    handoff span, a request named for a nested agent of the run (`transfer_to_billing_agent`)
-    is one."""
-    if call.handoff_target is not None or (call.node is not None and call.node.role is Role.HANDOFF):
+    handoff span, a request named for an agent of the trace (`transfer_to_billing_agent`) is
+    one."""
+    if call.handoff_target is not None or (
+        call.node is not None and call.node.role is Role.HANDOFF
+    ):
         return True
-    return call.node is None and call.name is not None and any(
-        a in _slug(call.name) for a in agents
+    return (
+        call.node is None and call.name is not None and any(a in _slug(call.name) for a in agents)
     )
 
 

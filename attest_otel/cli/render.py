@@ -120,6 +120,7 @@ def trace_json(graded: GradedTrace) -> dict[str, Any]:
                 "content_captured": g.run.content_captured,
                 "gaps": list(g.run.gaps),
                 "stored_grade": g.stored,
+                "regraded": g.regraded,
                 "result": g.result.to_dict(),
             }
             for g in graded.runs
@@ -138,6 +139,8 @@ def trace_block(graded: GradedTrace) -> str:
         title = f"  run {g.run.agent or '(no agent name)'}"
         if g.stored:
             title += "  (the grade the sidecar stored)"
+        elif g.regraded:
+            title += f"  (graded again: {g.regraded})"
         lines.append(run_block(title, g.run, g.result, indent=""))
     if not any(result.findings for result in results):
         seen = ", ".join(trace.dialects) or "none"
