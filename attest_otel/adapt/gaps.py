@@ -3,7 +3,7 @@
 A grader that turns what it cannot see into a pass tells the user all is well when it does not
 know (issue 24). After a run is assembled, this module compares what the trace shows happened
 with what the run holds, and names every difference in one sentence (`Run.gaps`); the rules
-then grade the run `review` (docs/rules.md, "Runs not read whole", states each rule with an
+then grade the run `review` (docs/rules.md, point 13, states each rule with an
 example trace). It never changes the run's calls: it only says what is missing.
 
 Three kinds are found here; the sidecar adds a fourth (a request of the trace refused or cut):

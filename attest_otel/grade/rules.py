@@ -317,7 +317,7 @@ def result_for(
 ) -> CheckResult:
     """The run's result. A run with `gaps` (`Run.gaps`: what kept it from being read whole)
     is `review` unless a call failed, and says why in its summary and in `metadata["gaps"]`
-    (docs/rules.md, "Runs not read whole"); `passed` stays what the findings say, as for
+    (docs/rules.md, point 13); `passed` stays what the findings say, as for
     every `review`."""
     # One pass for the three counts (three `any`/`sum` generators cost more than the rest).
     failed = warned = False

@@ -220,7 +220,7 @@ def review_runs(
     """(runs graded `review`, of those the runs not read whole, the latest `limit` of them).
 
     `review` counts as passed, so the pass rate alone would show these runs as green: the
-    report counts and lists them apart, with why (docs/rules.md, "Runs not read whole")."""
+    report counts and lists them apart, with why (docs/rules.md, point 13)."""
     found = []
     for record in records:
         if record.result.get("verdict") != "review":

@@ -225,7 +225,7 @@ class ReviewRow:
 
 def review_reasons(result: Mapping[str, Any]) -> tuple[bool, tuple[str, ...]]:
     """(whether the run was not read whole, why it is `review`) from a stored `CheckResult`:
-    its gaps (docs/rules.md, "Runs not read whole"), else its warning findings' reasons."""
+    its gaps (docs/rules.md, point 13), else its warning findings' reasons."""
     meta = result.get("metadata")
     gaps = meta.get("gaps") if isinstance(meta, Mapping) else None
     if isinstance(gaps, list) and gaps:

@@ -1,4 +1,4 @@
-"""No blind passes: each rule of docs/rules.md, "Runs not read whole", on its example trace.
+"""No blind passes: each rule of docs/rules.md, point 13, on its example trace.
 
 Every example in tests/fixtures/gaps is a real fixture trace with one thing taken away
 (`derive.py` there says how); the same trace whole must read with no gap, so each test fails
