@@ -233,6 +233,43 @@ def review_runs(
         )
     found.sort(key=lambda r: (-r.graded_ns, r.trace_id, r.span_id))
     return len(found), sum(r.unread for r in found), found[:limit]
+HOUR_NS = 3600 * 10**9
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """Runs graded in one hour (or day) of the window: a regression after a deploy shows
+    as a step down from one bucket to the next."""
+
+    start_ns: int
+    passed: int
+    total: int
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+
+def pass_rate_by_hour(records: Iterable[GradeRecord]) -> list[Bucket]:
+    counts: dict[int, list[int]] = {}
+    for r in records:
+        c = counts.setdefault(r.graded_ns // HOUR_NS, [0, 0])
+        c[0] += r.passed
+        c[1] += 1
+    return [Bucket(h * HOUR_NS, p, n) for h, (p, n) in sorted(counts.items())]
+
+
+def coarsen(buckets: Sequence[Bucket], most: int = 72) -> list[Bucket]:
+    """Hours as days when there are more than `most` of them, so a week stays readable."""
+    if len(buckets) <= most:
+        return list(buckets)
+    day = 24 * HOUR_NS
+    days: dict[int, list[int]] = {}
+    for b in buckets:
+        c = days.setdefault(b.start_ns // day, [0, 0])
+        c[0] += b.passed
+        c[1] += b.total
+    return [Bucket(d * day, p, n) for d, (p, n) in sorted(days.items())]
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +284,8 @@ class Report:
     verdicts_by_tool: dict[str, dict[str, int]] = field(default_factory=dict)
     """Tool -> verdict -> calls, for the HTML page's stacked bars."""
     errors_by_recovery: dict[str, int] = field(default_factory=dict)
+    by_hour: list[Bucket] = field(default_factory=list)
+    """Runs passed per hour of the window, hours with no run left out."""
     """Calls that errored, by how the agent handled them (`attest.recovery`)."""
     review: int = 0
     """Runs graded `review` (counted in `overall.passed` too, as for exit codes)."""
@@ -291,6 +330,10 @@ class Report:
                     for r in self.reviews
                 ],
             },
+            "by_hour": [
+                {"start": iso_time(b.start_ns), "passed": b.passed, "runs": b.total}
+                for b in self.by_hour
+            ],
         }
 
 
@@ -353,6 +396,7 @@ def build_report(
         review=review,
         unread=unread,
         reviews=reviews,
+        by_hour=pass_rate_by_hour(kept),
     )
 
 
@@ -417,6 +461,7 @@ def report_from_counts(
         review=counts.review,
         unread=counts.unread,
         reviews=list(counts.reviews[:limit]),
+        by_hour=[Bucket(h * HOUR_NS, p, n) for h, p, n in sorted(counts.hours)],
     )
 
 
