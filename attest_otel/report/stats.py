@@ -233,6 +233,8 @@ def review_runs(
         )
     found.sort(key=lambda r: (-r.graded_ns, r.trace_id, r.span_id))
     return len(found), sum(r.unread for r in found), found[:limit]
+
+
 HOUR_NS = 3600 * 10**9
 
 
