@@ -6,6 +6,7 @@ real: the example traces of tests/fixtures/gaps and whole fixtures, graded by th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,3 +126,22 @@ def test_the_agent_span_annotation_says_review_and_why() -> None:
     whole_run, whole = _graded()[2]
     (about_whole,) = [e for e in evaluations(whole_run, whole) if e.about == "run"]
     assert semconv.ATTEST_TOOL_USE_GAPS not in about_whole.span_attributes
+
+
+def test_grade_prints_review_with_why_and_exits_0() -> None:
+    from click.testing import CliRunner
+
+    from attest_otel.cli import main
+
+    out = CliRunner().invoke(
+        main, ["grade", "--file", str(FIXTURES / "gaps" / "asked_no_span.json")]
+    )
+    assert out.exit_code == 0, out.output  # review counts as passed
+    assert "REVIEW" in out.stdout
+    assert "not read whole:" in out.stdout and ASKED in " ".join(out.stdout.split())
+    assert "1 to review (1 could not be read whole)" in out.stdout
+    data = CliRunner().invoke(
+        main, ["grade", "--json", "--file", str(FIXTURES / "gaps" / "asked_no_span.json")]
+    )
+    (run,) = json.loads(data.stdout)["traces"][0]["runs"]
+    assert run["gaps"] == [ASKED] == run["result"]["metadata"]["gaps"]

@@ -122,7 +122,8 @@ def run_block(title: str, run: Run, result: CheckResult, *, indent: str = "") ->
         lines.append(f"{indent}  no tool calls")
     mark = click.style(_MARK["warn"], fg=_COLOUR["warn"], bold=True)
     for gap in unread(result):
-        lines.append(wrapped(f"{mark} not read whole: {gap}", f"{indent}  "))
+        lines.append(f"{indent}  {mark} not read whole:")
+        lines.append(wrapped(gap, f"{indent}      "))
     return "\n".join(lines)
 
 
