@@ -136,8 +136,12 @@ def grade_traces(
             why = regrade_reason(run, kept, changes, judge) if kept is not None else None
             if kept is not None and why is None:
                 graded.append(GradedRun(run, kept, True))
-            else:
-                graded.append(GradedRun(run, fresh(run), regraded=why))
+                continue
+            if kept is not None:
+                # What the sidecar knew and the stored spans cannot tell again (a request it
+                # refused or cut) stays with the run: a regrade must not make it a blind pass.
+                run.gaps += [g for g in _gaps_of(kept) if g not in run.gaps]
+            graded.append(GradedRun(run, fresh(run), regraded=why))
         out.append(GradedTrace(trace, graded))
     return out
 
@@ -150,9 +154,15 @@ def regrade_reason(
         return f"{', '.join(changes)} given"
     if judge is not None and kept.metadata.get("model") is None:
         return "a model is available now and the stored grade had none"
-    if list(run.gaps) != list(kept.metadata.get("gaps") or []):
-        return "the run reads with other gaps than when it was stored"
+    stored_gaps = _gaps_of(kept)
+    if any(g not in stored_gaps for g in run.gaps):
+        return "the run reads with gaps the stored grade does not name"
     return None
+
+
+def _gaps_of(result: CheckResult) -> list[str]:
+    found = result.metadata.get("gaps")
+    return [str(g) for g in found] if isinstance(found, list) else []
 
 
 def result_from_dict(data: Mapping[str, Any] | None) -> CheckResult | None:

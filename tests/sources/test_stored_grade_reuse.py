@@ -32,19 +32,20 @@ def _no_model(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _store(path: Path, *, keep_gaps: bool = True) -> str:
-    decoded = decode_file(shapes.fixture(NAME))
+def _store(path: Path, *, gaps: list[str] | None = None, name: str = NAME) -> str:
+    decoded = decode_file(shapes.fixture(name))
     grades = []
     for trace in runs_from_spans(decoded.spans):
         for run in trace.runs:
             result = grade(run, judge=None).to_dict()
             result["summary"] = MARK
-            if not keep_gaps:
-                result["metadata"]["gaps"] = ["a gap this run does not have"]
+            if gaps is not None:  # the stored grade names these gaps, and no other
+                result["metadata"]["gaps"] = gaps
+                result["verdict"] = "review" if gaps else "pass"
             grades.append(StoredGrade(trace.trace_id, run.span_id or "", run.agent, 1, result))
-    tid = shapes.trace_id_of(NAME)
+    tid = shapes.trace_id_of(name)
     with TraceStore(path) as store:
-        store.put_trace(tid, shapes.tempo_protobuf(NAME), len(decoded.spans), grades, now_ns=1)
+        store.put_trace(tid, shapes.tempo_protobuf(name), len(decoded.spans), grades, now_ns=1)
     return tid
 
 
@@ -130,9 +131,26 @@ def test_a_model_that_became_available_grades_again(
     assert run["regraded"] == "a model is available now and the stored grade had none"
 
 
-def test_a_run_that_reads_with_other_gaps_grades_again(tmp_path: Path) -> None:
-    tid = _store(tmp_path / "s.db", keep_gaps=False)
+REFUSED = "A request of this trace was refused (5 MiB over the 4 MiB limit): spans are missing."
+
+
+def test_a_gap_only_the_sidecar_knew_keeps_the_stored_review_and_survives_a_regrade(
+    tmp_path: Path,
+) -> None:
+    tid = _store(tmp_path / "s.db", gaps=[REFUSED])
     run = _grade(tmp_path / "s.db", tid)
-    assert run["stored_grade"] is False
-    assert run["regraded"] == "the run reads with other gaps than when it was stored"
-    assert "gaps" not in run["result"]["metadata"]
+    assert (run["stored_grade"], run["result"]["verdict"]) == (True, "review")
+    again = _grade(tmp_path / "s.db", tid, "--dialects", str(_dialects(tmp_path)))
+    assert again["regraded"] == "--dialects given"
+    assert again["result"]["verdict"] == "review"  # not a blind pass
+    assert again["result"]["metadata"]["gaps"] == [REFUSED]
+
+
+def test_a_run_that_reads_with_gaps_the_stored_grade_does_not_name_grades_again(
+    tmp_path: Path,
+) -> None:
+    """A grade stored before gaps were found (a blind pass) is not reused."""
+    tid = _store(tmp_path / "s.db", gaps=[], name="../gaps/asked_no_span")
+    run = _grade(tmp_path / "s.db", tid)
+    assert run["regraded"] == "the run reads with gaps the stored grade does not name"
+    assert run["result"]["verdict"] == "review"
