@@ -22,6 +22,7 @@ Three kinds are found here; the sidecar adds a fourth (a request of the trace re
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,9 @@ from attest_otel.adapt.matching import Call, ModelCall, looks_like_handoff
 from attest_otel.adapt.tree import CALLS, Logs, Node, RunBuild
 from attest_otel.model import Span
 
-__all__ = ["ANSWER_TOOLS", "Survey", "find", "survey"]
+__all__ = ["ANSWER_TOOLS", "UNCHECKED", "Survey", "find", "survey"]
+
+log = logging.getLogger(__name__)
 
 ANSWER_TOOLS = frozenset(("final_answer",))
 """Tools a framework gives the model to deliver its answer: asking for one is no tool use."""
@@ -152,8 +155,26 @@ def find(
     """Every reason the run is not read whole, in one sentence each; [] for a run read whole.
 
     `calls` are the run's calls as matched, before handoffs and answer tools are set aside
-    (they account for the requests they claimed); `seen` is the trace's `survey`.
+    (they account for the requests they claimed); `seen` is the trace's `survey`. A failure
+    here is itself a gap: a run this module could not check is not known to be whole.
     """
+    try:
+        return _find(build, calls, groups, logs, seen)
+    except Exception:
+        log.warning("run %s: could not check what was read", build.root.span.span_id, exc_info=True)
+        return [UNCHECKED]
+
+
+UNCHECKED = "attest-otel could not check whether the run was read whole (an internal error)."
+
+
+def _find(
+    build: RunBuild,
+    calls: Sequence[Call],
+    groups: Sequence[ModelCall],
+    logs: Logs,
+    seen: Survey,
+) -> list[str]:
     out: list[str] = []
     agents = seen.agents
     unclaimed = seen.tool_like.get(id(build.root), ())

@@ -162,3 +162,15 @@ def test_a_returned_error_nobody_captured_is_review_not_pass(name: str) -> None:
     assert label["runs"][0]["verdict_offline"] == "fail"
     (run,) = rebuild(TRACES / f"{name}.labels.json", label)
     _review(run, "was not captured, so an error")
+
+
+def test_a_run_the_gap_check_fails_on_is_review_not_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attest_otel.adapt import gaps
+
+    def broken(*_: object) -> list[str]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(gaps, "_find", broken)
+    run = _only_run(TRACES / "langgraph_openinference__all_ok.json")
+    assert run.gaps == [gaps.UNCHECKED]
+    assert grader.tool_use(run).verdict == "review"
