@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from attest_otel.adapt import guard
+from attest_otel.adapt import gaps, guard
 from attest_otel.adapt.base import (
     ANSWER,
     SYSTEM,
@@ -145,7 +145,7 @@ _RUN_MAKERS = (Role.AGENT, Role.TOOL, Role.HANDOFF)
 if tuple(f.name for f in fields(Step))[:1] != ("tool_call",):  # pragma: no cover - a guard
     raise ImportError("Step's first field is no longer tool_call: `_assemble` builds it so")
 
-ANSWER_TOOLS = frozenset(("final_answer",))
+ANSWER_TOOLS = gaps.ANSWER_TOOLS
 """Tools a framework gives the model to deliver its answer (smolagents' `final_answer`): the
 call is the answer, not a use of a tool, and no policy may call it disallowed."""
 
@@ -279,6 +279,7 @@ class _Trace:
         guard.report(self.trace_id, anomalies)
         self.nodes = nodes
         builds = run_builds(nodes, roots)
+        self.survey = gaps.survey(nodes.values(), builds, self.settings.hydrate)
         depth = depths(builds)
         for build in sorted(builds, key=lambda b: depth[id(b)], reverse=True):
             build.run = self._assemble(build)
@@ -344,6 +345,7 @@ class _Trace:
         direct = [n for n in build.nested if id(n) not in invoked_ids]
         if groups:
             from_models(self.logs, build, calls, groups, direct)
+        read = list(calls)  # handoffs and answer tools too: they account for their requests
         # A handoff passes control on; it is not a tool call (it only claimed its request).
         calls = [c for c in calls if c.node is None or c.node.role is not Role.HANDOFF]
         answer_call = _answer_tool(calls)
@@ -363,6 +365,7 @@ class _Trace:
         run.steps = [Step(to_tool_call(c)) for c in calls]  # by position: see the guard above
         run.content_captured = _any_content(run)
         self._apply_policy(run, anchor)
+        run.gaps = gaps.find(build, read, groups, self.logs, self.survey)
         return run
 
     def _span_call(self, node: Node, seq: int) -> Call:

@@ -28,7 +28,7 @@ from attest_otel.adapt.base import (
 from attest_otel.adapt.matching import Call, ModelCall
 from attest_otel.adapt.tree import Logs, Node, RunBuild
 
-__all__ = ["from_models"]
+__all__ = ["from_models", "looks_like_handoff"]
 
 _ANSWER = frozenset((ANSWER,))
 
@@ -334,7 +334,7 @@ def _pick_request(outputs: list[Message] | None, call: Call, used: set[str]) -> 
                     return req
             elif req.name == call.name or (
                 call.handoff_target is not None
-                and _looks_like_handoff(req.name, call.handoff_target)
+                and looks_like_handoff(req.name, call.handoff_target)
             ):
                 return req
     return None
@@ -364,7 +364,7 @@ def _claim_by_name(
     for call in handoffs:
         if call.claimed or call.handoff_target is None or call.call_id is not None:
             continue
-        if call.start >= time - _SKEW_NS and _looks_like_handoff(req.name, call.handoff_target):
+        if call.start >= time - _SKEW_NS and looks_like_handoff(req.name, call.handoff_target):
             return call
     return None
 
@@ -373,7 +373,7 @@ _SKEW_NS = 50_000_000
 """Clock skew tolerated between a model span's end and the tool span it asked for."""
 
 
-def _looks_like_handoff(tool: str, target: str) -> bool:
+def looks_like_handoff(tool: str, target: str) -> bool:
     tool_key = _slug(tool)
     return tool_key.startswith("transfer_to") or _slug(target) in tool_key
 

@@ -36,11 +36,13 @@ from attest_otel.errors import SourceError, UsageError
 from attest_otel.store.base import (
     URL_SCHEMES,
     GradeSummary,
+    ReviewRow,
     WorstRow,
     grade_facts,
     is_url,
     part_digest,
     redact,
+    review_reasons,
     url_problem,
 )
 from attest_otel.store.migrations import LOCK_KEY, migrate
@@ -452,6 +454,18 @@ class PostgresStore:
                 " LIMIT %s",
                 (*window, limit),
             ).fetchall()
+            # Runs graded review count as passed: counted and listed apart (`grades_review`).
+            review, unread = conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE position('\"gaps\"' in result) > 0)"
+                " FROM grades WHERE verdict = 'review' AND graded_ns BETWEEN %s AND %s",
+                window,
+            ).fetchone() or (0, 0)
+            reviews = conn.execute(
+                "SELECT trace_id, span_id, agent, graded_ns, result FROM grades"
+                " WHERE verdict = 'review' AND graded_ns BETWEEN %s AND %s"
+                " ORDER BY graded_ns DESC, trace_id, span_id LIMIT %s",
+                (*window, limit),
+            ).fetchall()
         return GradeSummary(
             agents=[(a, int(p), int(n)) for a, p, n in agents],
             calls=[
@@ -465,6 +479,9 @@ class PostgresStore:
                 WorstRow(str(t), str(s), a, int(g), float(sc), str(v), int(f), _summary_of(text))
                 for t, s, a, g, sc, v, f, text in worst
             ],
+            review=int(review),
+            unread=int(unread),
+            reviews=[_review_row(str(t), str(s), a, int(g), text) for t, s, a, g, text in reviews],
         )
 
 
@@ -491,6 +508,17 @@ def _delete_grades(
                 deltas.call(int(row[0]), row[1], row[2], row[3], int(row[4]), row[5], row[6], -1)
             else:
                 deltas.recovery(int(row[0]), row[1], int(row[2]), -1)
+
+
+def _review_row(
+    trace_id: str, span_id: str, agent: str | None, graded_ns: int, text: str
+) -> ReviewRow:
+    try:
+        result = json.loads(text)
+    except (TypeError, ValueError):
+        result = {}
+    unread, reasons = review_reasons(result if isinstance(result, dict) else {})
+    return ReviewRow(trace_id, span_id, agent, graded_ns, unread, reasons)
 
 
 def _summary_of(text: str) -> str:

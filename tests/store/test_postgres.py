@@ -118,6 +118,7 @@ def test_sidecars_starting_together_migrate_once(postgres: Postgres) -> None:
         assert conn.execute("SELECT version FROM attest_schema ORDER BY 1").fetchall() == [
             (1,),
             (2,),
+            (3,),
         ]
 
 
