@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import re
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -282,3 +283,72 @@ def test_metrics_pass_through_untouched_on_grpc_and_http(
         assert r.status == 200
     assert downstream.wait_for(lambda d: len(d.requests["metrics"]) >= 2, timeout=10)
     assert downstream.requests["metrics"][:2] == [data, data]
+
+
+@pytest.mark.parametrize("form", ["protobuf+gzip", "json"])
+def test_http_oversize_body_is_a_413_that_names_its_trace(
+    sidecar: Sidecar, downstream: Downstream, form: str
+) -> None:
+    """Over the HTTP limit (1 MiB here): 413, counted, logged with the sender, and the trace
+    the body names graded with the refusal as a gap, read through gzip or from JSON."""
+    import gzip
+    import json
+
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    from tests.sidecar.helpers import agent_run, provider
+
+    sidecar.config = {
+        "buffer": {"grace_s": 2.0, "idle_timeout_s": 5.0},
+        "receivers": {"http": {"max_request_body_size_mib": 1, "max_json_body_size_mib": 1}},
+    }
+    sidecar.start()
+    tp = provider(OTLPSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True))
+    trace_id, _ids = agent_run(tp.get_tracer("test"))
+    payload = "x" * (3 << 20)
+    headers = {}
+    if form == "json":
+        document = {
+            "resourceSpans": [
+                {
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                {
+                                    "traceId": trace_id,
+                                    "spanId": "00000000000000aa",
+                                    "name": "execute_tool fetch",
+                                    "attributes": [
+                                        {"key": "payload", "value": {"stringValue": payload}}
+                                    ],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            ]
+        }
+        body = json.dumps(document).encode()
+        headers["Content-Type"] = "application/json"
+    else:
+        big = ExportTraceServiceRequest()
+        span = big.resource_spans.add().scope_spans.add().spans.add()
+        span.trace_id = bytes.fromhex(trace_id)
+        span.span_id = bytes.fromhex("00000000000000aa")
+        span.name = "execute_tool fetch"
+        span.attributes.append(KeyValue(key="payload", value=AnyValue(string_value=payload)))
+        body = gzip.compress(big.SerializeToString())  # small on the wire, 3 MiB inflated
+        headers.update({"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+    request = urllib.request.Request(
+        f"{sidecar.http_url}/v1/traces", data=body, method="POST", headers=headers
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 413
+    tp.shutdown()
+    assert downstream.wait_for(lambda d: trace_id in grades_on_spans(d), timeout=20)
+    time.sleep(0.5)
+    log = sidecar.log()
+    assert re.search(r"refused a traces request from 127\.0\.0\.1 \(too_large\)", log), log
+    graded = [line for line in log.splitlines() if "graded run" in line and trace_id in line]
+    assert graded and "was refused" in graded[-1] and "1 MiB limit" in graded[-1], log
