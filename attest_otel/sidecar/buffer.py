@@ -316,7 +316,8 @@ class TraceBuffer:
                     known = trace_id in traces
                     if not known and trace_id in graded:
                         late += 1
-                    if known or (looks and len(trace_id) == 16 and trace_id not in graded):
+                    opens = looks and len(trace_id) == 16 and any(trace_id)
+                    if known or (opens and trace_id not in graded):
                         by_origin = incoming.setdefault(trace_id, {})
                         by_origin.setdefault(group.context, []).append(record_bytes)
                         counts[trace_id] = counts.get(trace_id, 0) + 1
