@@ -352,3 +352,49 @@ def test_http_oversize_body_is_a_413_that_names_its_trace(
     assert re.search(r"refused a traces request from 127\.0\.0\.1 \(too_large\)", log), log
     graded = [line for line in log.splitlines() if "graded run" in line and trace_id in line]
     assert graded and "was refused" in graded[-1] and "1 MiB limit" in graded[-1], log
+
+
+def test_logs_and_metrics_survive_a_kill_9_under_buffer_dir(
+    sidecar: Sidecar, downstream: Downstream, tmp_path: Path
+) -> None:
+    """Acknowledged log records (held with a trace or passed on) and metrics are in the
+    durable log with their signal, and come back after a `kill -9`."""
+    from tests.sidecar.test_log_wire import _logs
+
+    sidecar.extra_args = ["--buffer-dir", str(tmp_path / "buffer")]
+    sidecar.start()
+    downstream.down = downstream.all_down = True
+    logs = _logs([(bytes.fromhex("ab" * 16), "gen_ai.choice"), (bytes.fromhex("cd" * 16), "x")])
+    metrics = _metrics_request()
+    with grpc.insecure_channel(sidecar.grpc_endpoint) as channel:
+        for method, body in (
+            ("/opentelemetry.proto.collector.logs.v1.LogsService/Export", logs),
+            ("/opentelemetry.proto.collector.metrics.v1.MetricsService/Export", metrics),
+        ):
+            channel.unary_unary(method, request_serializer=None, response_deserializer=None)(
+                body, timeout=5
+            )
+    sidecar.kill()
+    downstream.down = downstream.all_down = False
+    sidecar.start()  # same ports, same buffer dir: replays
+
+    def records(d: Downstream) -> list[bytes]:
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+            ExportLogsServiceRequest,
+        )
+
+        return [
+            r.trace_id
+            for raw in d.requests["logs"]
+            for rl in ExportLogsServiceRequest.FromString(raw).resource_logs
+            for sl in rl.scope_logs
+            for r in sl.log_records
+            if r.event_name in ("gen_ai.choice", "x")
+        ]
+
+    assert downstream.wait_for(lambda d: len(records(d)) >= 2, timeout=20), sidecar.log()
+    assert sorted(records(downstream)) == sorted(
+        [bytes.fromhex("ab" * 16), bytes.fromhex("cd" * 16)]
+    )
+    assert downstream.wait_for(lambda d: metrics in d.requests["metrics"], timeout=10)
+    assert sidecar.terminate() == 0
