@@ -206,6 +206,7 @@ def test_oversize_tool_span_is_refused_counted_logged_and_a_gap_of_its_run(
     graded = [line for line in log.splitlines() if "graded run" in line and trace_id in line]
     assert graded and "a traces request of this trace was refused" in graded[-1], log
     assert "over the 4 MiB limit" in graded[-1]
+    assert "verdict=review" in graded[-1], graded[-1]  # not read whole: never a plain pass
 
 
 def test_grpc_oversize_request_names_its_trace(sidecar: Sidecar, downstream: Downstream) -> None:
