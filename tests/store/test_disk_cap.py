@@ -1,0 +1,104 @@
+"""`store.max_size_mib` is what the store takes on disk, as `du` counts it (database, -wal
+and -shm), within the margin the README states, under sustained writes; and a store made
+before the cap counted the disk is converted so it can shrink."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+from attest_otel.store import StoredGrade
+from attest_otel.store.sqlite import _SCHEMA, StoreWriter, TraceStore
+
+MIB = 1024 * 1024
+CAP = 4 * MIB
+MARGIN = 0.05  # README, "Sizing the disk": du stays within 5 % of store.max_size_mib
+
+
+def du(*paths: Path) -> int:
+    """Bytes allocated on disk, as `du` counts them (blocks, not lengths)."""
+    total = 0
+    for path in paths:
+        for one in [path] if path.is_file() else path.rglob("*"):
+            if one.is_file():
+                total += one.stat().st_blocks * 512
+    return total
+
+
+def store_files(db: Path) -> list[Path]:
+    return [p for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"))]
+
+
+def _trace(rng: random.Random, i: int) -> tuple[str, bytes, StoredGrade]:
+    tid = f"{i:032x}"
+    # Spans as they arrive: incompressible enough that pages hold what the bytes say.
+    data = rng.randbytes(rng.randint(8_000, 60_000))
+    grade = StoredGrade(
+        tid,
+        "01" * 8,
+        "agent",
+        i,
+        {"check": "tool_use", "verdict": "pass", "score": 1.0, "summary": "x" * 2000},
+    )
+    return tid, data, grade
+
+
+def _sizes_while_writing(db: Path, total_bytes: int, **store_args: object) -> list[int]:
+    rng = random.Random(7)
+    store = TraceStore(db, max_bytes=CAP, **store_args)  # type: ignore[arg-type]
+    writer = StoreWriter(store)
+    writer.start()
+    sizes: list[int] = []
+    written, i = 0, 0
+    while written < total_bytes:
+        tid, data, grade = _trace(rng, i)
+        writer.put(tid, data, 3, [grade])
+        written += len(data)
+        i += 1
+        if i % 20 == 0:
+            assert writer.flush(10)
+            sizes.append(du(*[p for p in store_files(db) if p.exists()]))
+    writer.close()
+    sizes.append(du(*[p for p in store_files(db) if p.exists()]))
+    assert writer.dropped == 0 and writer.errors == 0
+    return sizes
+
+
+def test_a_4_mib_store_stays_within_its_cap_on_disk_under_sustained_writes(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "store.db"
+    sizes = _sizes_while_writing(db, 15 * CAP)  # 60 MiB of spans through a 4 MiB store
+    assert max(sizes) <= CAP * (1 + MARGIN), [s / MIB for s in sizes]
+    with TraceStore(db, readonly=True) as store:
+        count, data = store.stats()
+        ids = set(store.trace_ids(10_000))
+    # Pruned, and the newest kept: the store is not emptied to stay small.
+    assert f"{0:032x}" not in ids and count >= 20 and data >= CAP // 4, (count, data)
+    assert max(int(t, 16) for t in ids) == max(int(t, 16) for t in ids | {f"{0:032x}"})
+
+
+def test_a_store_made_without_auto_vacuum_is_converted_and_shrinks(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    # A store as the sidecar made it before the cap counted the disk: no auto-vacuum,
+    # and 3x the new cap in it.
+    raw = sqlite3.connect(db)
+    raw.execute("PRAGMA page_size=16384")
+    raw.execute("PRAGMA journal_mode=WAL")
+    raw.executescript(_SCHEMA)
+    rng = random.Random(3)
+    with raw:
+        for i in range(400):
+            tid, data, _ = _trace(rng, i)
+            raw.execute(
+                "INSERT INTO traces VALUES (?, ?, ?, 3, ?, ?)", (tid, i, i, len(data), data)
+            )
+    assert raw.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    raw.close()
+    assert du(db) > 3 * CAP
+    sizes = _sizes_while_writing(db, 5 * CAP)
+    assert max(sizes[1:]) <= CAP * (1 + MARGIN), [s / MIB for s in sizes]
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    raw.close()
