@@ -202,7 +202,10 @@ class TraceStore:
         """What the store takes on disk: the database file, its -wal and its -shm, in the
         blocks the file system allocated (what `du` says)."""
         total = 0
-        for one in (self.path, *(self.path.with_name(self.path.name + x) for x in ("-wal", "-shm"))):
+        for one in (
+            self.path,
+            *(self.path.with_name(self.path.name + x) for x in ("-wal", "-shm")),
+        ):
             try:
                 st = one.stat()
             except FileNotFoundError:

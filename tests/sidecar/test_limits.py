@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 from pathlib import Path
@@ -220,12 +221,15 @@ def test_header_names_and_values_are_checked_when_the_config_loads(tmp_path: Pat
 
 
 def test_retention_by_size_alone_deletes_the_oldest_until_under_the_cap(tmp_path: Path) -> None:
-    with TraceStore(tmp_path / "s.db", max_bytes=250) as store:
-        for i in range(5):
-            store.put_trace(f"{i:032x}", b"x" * 100, 1, now_ns=(1000 + i) * NS)
-        assert store.prune(now_ns=1005 * NS) == 3  # no age limit: only size can remove
-        assert sorted(store.trace_ids()) == [f"{3:032x}", f"{4:032x}"]
-        assert store.stats() == (2, 200)
+    # The cap counts the disk (docs/sizing.md): 40 traces of 64 KiB do not fit in 1 MiB.
+    with TraceStore(tmp_path / "s.db", max_bytes=2**20) as store:
+        for i in range(40):
+            store.put_trace(f"{i:032x}", os.urandom(64 * 1024), 1, now_ns=(1000 + i) * NS)
+        kept = sorted(int(t, 16) for t in store.trace_ids(100))
+        assert store.disk_bytes() <= 2**20
+        # no age limit: only size removed them, the oldest first, the newest kept
+        assert 4 <= len(kept) < 16 and kept == list(range(40 - len(kept), 40)), kept
+        assert store.prune(now_ns=1040 * NS) == 0  # under the cap: nothing more to remove
 
 
 def test_the_store_is_private_wal_and_shm_included(tmp_path: Path) -> None:
