@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct("<IIQ")
 _ACK = struct.Struct("<Q")
 _SEGMENT_SHIFT = 32
+_BLOCK = 4096
 
 
 class BufferDirError(OSError):
@@ -69,6 +70,15 @@ class _Segment:
     pending: set[int] = field(default_factory=set)
     sealed: bool = False
     size: int = 0
+    acked: int = 0  # bytes of its .ack file
+
+    @property
+    def on_disk(self) -> int:
+        """What `du` counts for the segment and its .ack: whole file-system blocks. With
+        small requests the done marks are a few percent of the segment; the cap counts them,
+        and the marks its undone records will add."""
+        marks = self.acked + _ACK.size * len(self.pending)  # what .ack will hold at most
+        return -(-self.size // _BLOCK) * _BLOCK + -(-marks // _BLOCK) * _BLOCK
 
 
 class DurableLog:
@@ -137,6 +147,8 @@ class DurableLog:
             try:
                 records = self._read_records(path, seq)
                 segment.size = path.stat().st_size
+                with contextlib.suppress(FileNotFoundError):
+                    segment.acked = segment.ack_path.stat().st_size
             except OSError as e:
                 log.error(
                     "buffer-dir: %s cannot be read (%s); skipped, the rest is replayed",
@@ -286,7 +298,13 @@ class DurableLog:
     @property
     def disk_bytes(self) -> int:
         with self._lock:
-            return sum(s.size for s in self._segments.values())
+            return sum(s.on_disk for s in self._segments.values())
+
+    def _footprint_with(self, active: _Segment, need: int) -> int:
+        """The directory's blocks once `need` more bytes are in `active` and marked done."""
+        grown = _Segment(active.seq, active.path, active.ack_path, {-1, *active.pending})
+        grown.size, grown.acked = active.size + need, active.acked
+        return sum(s.on_disk for s in self._segments.values()) - active.on_disk + grown.on_disk
 
     # --- the data path ---------------------------------------------------------------------
 
@@ -313,9 +331,9 @@ class DurableLog:
                 assert active is not None
             need = _HEADER.size + len(data)
             if self.max_bytes is not None:
-                if sum(s.size for s in self._segments.values()) + need > self.max_bytes:
+                if self._footprint_with(active, need) > self.max_bytes:
                     self._compact(force=True)
-                if sum(s.size for s in self._segments.values()) + need > self.max_bytes:
+                if self._footprint_with(active, need) > self.max_bytes:
                     self.refused_full += 1
                     raise BufferDirError(28, "the buffer dir is at buffer.max_dir_size_mib")
             rid = (active.seq << _SEGMENT_SHIFT) | self._next_index
@@ -430,12 +448,14 @@ class DurableLog:
         try:
             if segment is self._active:
                 _write_all(self._ack_fd, _ACK.pack(rid))
+                segment.acked += _ACK.size
             elif not segment.pending:
                 self._remove(segment)
                 del self._segments[segment.seq]
             else:
                 with open(segment.ack_path, "ab") as f:
                     f.write(_ACK.pack(rid))
+                segment.acked += _ACK.size
         except OSError as e:  # a full disk: the record is replayed once more after a restart
             log.warning("buffer-dir: cannot mark a record done (%s)", e.strerror or e)
 
