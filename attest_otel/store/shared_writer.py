@@ -327,7 +327,7 @@ class SharedStoreWriter:
                 self._busy = 0
                 self._cond.notify_all()
             since_prune += len(batch)
-            if since_prune >= self._prune_every:
+            if since_prune >= self._prune_every or self._over_cap():
                 since_prune = 0
                 self._prune()
             for trace_id in stale:
@@ -390,6 +390,14 @@ class SharedStoreWriter:
                 self.errors += 1
                 log.exception("store: could not write trace %s", i.trace_id)
         return stale
+
+    def _over_cap(self) -> bool:
+        """Checked after every batch (one cheap query): the size cap holds between the
+        age prunes, which come every `prune_every` writes."""
+        try:
+            return self._store.over_cap()
+        except psycopg.Error:
+            return False
 
     def _prune(self) -> None:
         try:

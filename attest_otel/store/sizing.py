@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DiskBudget"]
+__all__ = ["DiskBudget", "TableBudget"]
 
 _MIB = 1024 * 1024
 _SHM = 64 * 1024  # the -shm index: 32 KiB per 4096 frames of -wal
@@ -42,3 +42,18 @@ class DiskBudget:
         batch = min(max(wal // 6, page), 4 * _MIB)
         high = max(cap - wal - _SHM - 3 * batch, 8 * page)
         return cls(cap, page, wal, batch, high, max(int(high * _LOW), 4 * page))
+
+
+@dataclass(frozen=True, slots=True)
+class TableBudget:
+    """The PostgreSQL store's cap: its tables' size (`pg_total_relation_size`). Past `high`
+    in use the oldest traces go until the rest take about `low`: the writes between two
+    checks (one batch, 8 MiB at most) and the free space's fragments fit in between."""
+
+    cap: int
+    high: int
+    low: int
+
+    @classmethod
+    def for_cap(cls, cap: int) -> TableBudget:
+        return cls(cap, int(cap * 0.85), int(cap * 0.7))

@@ -8,8 +8,11 @@ import random
 import sqlite3
 from pathlib import Path
 
-from attest_otel.store import StoredGrade
+from attest_otel.store import StoredGrade, open_store
+from attest_otel.store.postgres import PostgresStore
+from attest_otel.store.shared_writer import SharedStoreWriter
 from attest_otel.store.sqlite import _SCHEMA, StoreWriter, TraceStore
+from tests.pg import Postgres
 
 MIB = 1024 * 1024
 CAP = 4 * MIB
@@ -102,3 +105,31 @@ def test_a_store_made_without_auto_vacuum_is_converted_and_shrinks(tmp_path: Pat
     raw = sqlite3.connect(db)
     assert raw.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
     raw.close()
+
+
+def test_a_postgres_store_stays_within_its_cap_under_sustained_writes(postgres: Postgres) -> None:
+    """The shared store: its tables (rows, TOAST, indexes) stay within the margin of
+    `store.max_size_mib` while 15 times the cap is written through the sidecar's writer."""
+    url = postgres.database()
+    store = open_store(url, max_bytes=CAP)
+    assert isinstance(store, PostgresStore)
+    writer = SharedStoreWriter(store)
+    writer.start()
+    rng = random.Random(11)
+    sizes: list[int] = []
+    written, i = 0, 0
+    while written < 15 * CAP:
+        tid, data, grade = _trace(rng, i)
+        writer.put(tid, data, 3, [grade])
+        written += len(data)
+        i += 1
+        if i % 20 == 0:
+            assert writer.flush(20)
+            sizes.append(store.disk_bytes())
+    writer.close()  # and the store
+    with PostgresStore(url, readonly=True) as again:
+        sizes.append(again.disk_bytes())
+        ids = set(again.trace_ids(10_000))
+    assert writer.dropped == 0
+    assert max(sizes) <= CAP * (1 + MARGIN), [round(s / MIB, 2) for s in sizes]
+    assert f"{0:032x}" not in ids and f"{i - 1:032x}" in ids and len(ids) >= 20
