@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import time
 from pathlib import Path
 
 from attest_otel.store import StoredGrade, open_store
@@ -133,3 +134,47 @@ def test_a_postgres_store_stays_within_its_cap_under_sustained_writes(postgres: 
     assert writer.dropped == 0
     assert max(sizes) <= CAP * (1 + MARGIN), [round(s / MIB, 2) for s in sizes]
     assert f"{0:032x}" not in ids and f"{i - 1:032x}" in ids and len(ids) >= 20
+
+
+def test_the_shared_store_queue_spool_stays_within_its_cap_on_disk(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    """`store.max_queue_size_mib` bounds the spool under `--buffer-dir` as `du` counts it,
+    while the writer keeps up (written writes wait in their segment till it empties) and
+    while the database is away (the queue fills: writes refused and counted)."""
+    url = postgres.database()
+    store = open_store(url)
+    assert isinstance(store, PostgresStore)
+    spool = tmp_path / "store-queue"
+    writer = SharedStoreWriter(store, spool_dir=spool, max_bytes=CAP)
+    writer.start()
+    rng = random.Random(5)
+    sizes: list[int] = []
+    for i in range(1200):  # ~40 MiB, about as fast as one writer thread writes them
+        tid, data, grade = _trace(rng, i)
+        writer.put(tid, data, 3, [grade])
+        time.sleep(0.004)
+        if i % 10 == 0:
+            sizes.append(du(spool))
+    assert writer.flush(60)
+    writer.close()
+    assert writer.written + writer.dropped == 1200 and writer.written > 600
+    assert max(sizes) <= CAP, [round(s / MIB, 2) for s in sizes]
+    # The database away: the queue fills to its cap, on disk as in memory, and refuses.
+    away = open_store(f"postgresql://x:y@127.0.0.1:{_free_port()}/db", wait_for_database=True)
+    assert isinstance(away, PostgresStore)
+    writer = SharedStoreWriter(away, spool_dir=spool, max_bytes=CAP)
+    writer.start()
+    for i in range(400):
+        tid, data, grade = _trace(rng, i)
+        writer.put(tid, data, 3, [grade])
+    assert writer.dropped > 0 and CAP // 2 < du(spool) <= CAP, du(spool) / MIB
+    writer.close(timeout_s=0.1)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
