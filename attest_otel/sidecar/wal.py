@@ -27,8 +27,10 @@ alive by a span a second holds every request it was in, and so every segment):
   is deleted. Replay reads a record id from any segment at or after its own, and takes each
   id once, done if any segment's `.ack` says so (a crash between the copy and the delete
   leaves both copies, replayed once);
-- `max_bytes`: past it, a request is compacted for first and then refused (`BufferDirError`,
-  "retry later") rather than written, so the disk never fills. (The buffer's `max_hold_s`
+- `max_bytes`: within a segment of it, requests are compacted for first (a copy that would
+  not fit beside the file it replaces is not made); past it a request is refused
+  (`BufferDirError`, "retry later") rather than written, so the disk never fills. It counts
+  what `du` counts: whole blocks, and the done marks to come. (The buffer's `max_hold_s`
   is what makes the held records done eventually.)
 
 A write or fsync that fails (a full disk: ENOSPC, or EIO) raises `BufferDirError` and the
@@ -261,6 +263,11 @@ class DurableLog:
             live = sum(self._sizes.get(rid, 0) for rid in segment.pending)
             if not segment.pending or (not force and live * 4 >= max(segment.size, 1)):
                 continue
+            moved = len(segment.pending)
+            if self.max_bytes is not None and (
+                self._footprint_with(active, live, moved) > self.max_bytes
+            ):
+                continue  # the copy sits beside the old file for a moment: it must fit too
             try:
                 records = [
                     r
@@ -300,9 +307,11 @@ class DurableLog:
         with self._lock:
             return sum(s.on_disk for s in self._segments.values())
 
-    def _footprint_with(self, active: _Segment, need: int) -> int:
-        """The directory's blocks once `need` more bytes are in `active` and marked done."""
-        grown = _Segment(active.seq, active.path, active.ack_path, {-1, *active.pending})
+    def _footprint_with(self, active: _Segment, need: int, records: int = 1) -> int:
+        """The directory's blocks once `need` more bytes (`records` records) are in `active`
+        and marked done."""
+        grown = _Segment(active.seq, active.path, active.ack_path, set(active.pending))
+        grown.pending.update(range(-records, 0))
         grown.size, grown.acked = active.size + need, active.acked
         return sum(s.on_disk for s in self._segments.values()) - active.on_disk + grown.on_disk
 
@@ -331,7 +340,9 @@ class DurableLog:
                 assert active is not None
             need = _HEADER.size + len(data)
             if self.max_bytes is not None:
-                if self._footprint_with(active, need) > self.max_bytes:
+                # Compacted while a segment's room is left, so the copies fit beside the
+                # files they replace; at the cap itself, refused.
+                if self._footprint_with(active, need) > self.max_bytes - self.segment_bytes:
                     self._compact(force=True)
                 if self._footprint_with(active, need) > self.max_bytes:
                     self.refused_full += 1

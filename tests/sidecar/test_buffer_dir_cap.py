@@ -4,6 +4,7 @@ their done marks, whole blocks), under sustained requests, half of them held unt
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from attest_otel.sidecar.wal import BufferDirError, DurableLog
 
@@ -18,9 +19,17 @@ def du(path: Path) -> int:
 def test_a_4_mib_buffer_dir_stays_within_its_cap_on_disk(tmp_path: Path) -> None:
     log = DurableLog(tmp_path, segment_bytes=MIB, max_bytes=CAP)
     log.open()
+    sizes: list[int] = []
+    remove = log._remove
+
+    def measured_remove(segment: Any) -> None:
+        # The fullest moment of a compaction: the copies written, the old file not yet gone.
+        sizes.append(du(tmp_path))
+        remove(segment)
+
+    log._remove = measured_remove  # type: ignore[method-assign]
     held: list[int] = []
     refused = accepted = 0
-    sizes: list[int] = []
     for i in range(4000):  # 16 MiB of requests through a 4 MiB dir
         try:
             rid = log.append(b"r" * 4000)
@@ -43,5 +52,8 @@ def test_a_4_mib_buffer_dir_stays_within_its_cap_on_disk(tmp_path: Path) -> None
     sizes.append(du(tmp_path))
     log.close()
     assert refused > 0 and accepted > 3000  # the cap was reached, and it kept taking
-    assert max(sizes) <= CAP, [round(s / MIB, 3) for s in sizes]
+    assert log.compactions > 0
+    # README, "Sizing the disk": du stays within 1 % of buffer.max_dir_size_mib (the file
+    # system may allocate a block or two ahead of a file being appended to).
+    assert max(sizes) <= CAP * 1.01, [round(s / MIB, 3) for s in sizes]
     assert log.disk_bytes >= du(tmp_path) - 2 * 4096  # what it counts is what du says
