@@ -7,7 +7,8 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -72,6 +73,57 @@ def model_options(f: F) -> F:
         help="Also ask a model whether each tool was a reasonable choice.",
     )(f)
     return f
+
+
+def _apply_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """The sidecar's config file as the defaults of this command: its store for `--from`,
+    its policy for `--policy`. Flags given on the command line still win (click reads
+    `default_map` only for what the user left out)."""
+    if value is None:
+        return
+    from attest_otel.sidecar.config import load_service_config
+
+    config = load_service_config(value)
+    store = config.store.url or str(config.store.path)
+    defaults: dict[str, Any] = {"source": f"store:{store}"}
+    if config.grading.policy is not None:
+        defaults["policy"] = str(config.grading.policy)
+    names = {param.name for param in ctx.command.params}
+    ctx.default_map = {
+        **(ctx.default_map or {}),
+        **{k: v for k, v in defaults.items() if k in names},
+    }
+
+
+def config_option(f: F) -> F:
+    """`--config FILE`: read where the sidecar keeps its store (and its policy) from its
+    config, instead of repeating `--from store:PATH` on every call."""
+    return click.option(
+        "--config",
+        "config",
+        type=click.Path(dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=_apply_config,
+        help="The sidecar's config file: its store and policy become the defaults of "
+        "--from and --policy.",
+    )(f)
+
+
+@contextlib.contextmanager
+def status(label: str, *, enabled: bool | None = None) -> Iterator[None]:
+    """`label...` on stderr while a long step runs, with the seconds it took once done, on a
+    terminal only (a pipe or a CI log gets nothing): a 12-second read shows a sign of life."""
+    show = sys.stderr.isatty() if enabled is None else enabled
+    if not show:
+        yield
+        return
+    started = time.monotonic()
+    click.echo(f"{label}...", err=True, nl=False)
+    try:
+        yield
+    finally:
+        click.echo(f" {time.monotonic() - started:.1f}s", err=True)
 
 
 def json_option(f: F) -> F:

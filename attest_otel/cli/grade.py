@@ -12,9 +12,11 @@ import click
 
 from attest_otel.cli.common import (
     Warnings,
+    config_option,
     exit_for,
     json_option,
     model_options,
+    status,
     strict_option,
 )
 from attest_otel.cli.sources import trace_source_options
@@ -67,6 +69,7 @@ def _parse_fallbacks(
 )
 @click.option("--trace-id", help="Grade one trace by id, from --from (default: the store).")
 @trace_source_options
+@config_option
 @click.option(
     "--store",
     "store",
@@ -172,12 +175,14 @@ def grade(
     reading = Reading(loaded, allowed_tools, fallbacks or None)
     graded: list[GradedTrace]
     if file is not None:
-        decoded = decode_file(file)
+        with status(f"reading {file}"):
+            decoded = decode_file(file)
         if not decoded.spans:
             raise InputError(str(file), "no spans to grade")
-        graded = grade_traces(
-            decoded.spans, decoded.logs, reading, judge=judge, appropriate=appropriate
-        )
+        with status(f"grading {len(decoded.spans)} spans"):
+            graded = grade_traces(
+                decoded.spans, decoded.logs, reading, judge=judge, appropriate=appropriate
+            )
         _unused_policy_agents(loaded, [g.trace for g in graded], warn)
         warn.check()
     else:

@@ -18,6 +18,7 @@ import click
 
 from attest_otel.adapt import TraceRuns
 from attest_otel.adapt.explain import SpanReading, gaps
+from attest_otel.cli.common import config_option
 from attest_otel.cli.sources import load_trace, trace_source_options
 from attest_otel.errors import UsageError
 
@@ -30,6 +31,7 @@ from attest_otel.errors import UsageError
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document per trace, a line each.")
 @trace_source_options
+@config_option
 def inspect(
     file: Path | None,
     trace_id: str | None,
@@ -110,6 +112,8 @@ def _as_dict(trace: TraceRuns) -> dict[str, Any]:
 
 
 def _lines(trace: TraceRuns) -> list[str]:
+    from attest_otel.cli import render
+
     out = [f"trace {trace.trace_id}", f"  read as: {', '.join(trace.dialects) or 'nothing'}"]
     if "generic" in trace.dialects:
         out.append(
@@ -126,7 +130,7 @@ def _lines(trace: TraceRuns) -> list[str]:
         out.append(f"    task: {_short(run.task) or '(not captured)'}")
         answer = run.final_answer
         out.append(f"    answer: {_short(answer) if answer is not None else '(not captured)'}")
-        out.append(f"    calls: {' -> '.join(c.name for c in calls) or 'none'}")
+        out.append(f"    calls: {render.call_sequence([c.name for c in calls])}")
         found = gaps(run, trace.dialects)
         if found.missing:
             out.append(f"    missing: {', '.join(found.missing)}")

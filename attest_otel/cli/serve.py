@@ -26,10 +26,9 @@ __all__ = ["LogfmtFormatter", "serve", "setup_logging"]
 SWITCH_INTERVAL_S = 0.001
 """How long a thread of `serve` keeps the interpreter before another may take it (Python's
 default is 5 ms). The receivers' threads answer small requests between the long runs of
-Python that cutting an agent request or finishing a graded batch takes. At 1 ms, a plain
-request's send -> answer p99 under 45 K spans/s of mixed load was 8.0-8.6 ms against
-10.5-12.9 (three runs of 300 probes each, `bench/bench_sidecar.py`'s load and probes), at no
-cost in agent throughput; the whole send -> downstream p99 stays noisy at that load."""
+Python that cutting an agent request or finishing a graded batch takes; a shorter interval
+lowers a plain request's p99 at no cost in agent throughput (docs/measurements.md, "Thread
+switch interval of `serve`")."""
 
 _STANDARD_RECORD_KEYS = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
@@ -195,6 +194,7 @@ def serve(
     and forwards what is held (within shutdown.deadline_s), flushes and exits 0.
     """
     from attest_otel.sidecar.config import config_lines, load_service_config
+    from attest_otel.sidecar.preflight import forward_problem
     from attest_otel.sidecar.service import build_service  # the grading stack: serve only
 
     setup_logging(log_level)
@@ -233,6 +233,10 @@ def serve(
     try:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         service.start()
+        # After every check that can refuse the start: a failed start stays one line.
+        problem = forward_problem(config.forward.endpoint, config.forward.protocol)
+        if problem is not None:
+            log.warning(problem)
         while not stop.wait(0.5):
             pass
     finally:

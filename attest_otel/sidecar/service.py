@@ -39,7 +39,8 @@ from typing import Any
 from attest_otel import semconv
 from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc
 from attest_otel.errors import PolicyError
-from attest_otel.export.telemetry import ExportTls, build_telemetry, package_version
+from attest_otel.export.otlp_config import ExportTls, package_version
+from attest_otel.export.telemetry import build_telemetry
 from attest_otel.grade.llm import AnthropicJudge, judge_from_env
 from attest_otel.grade.questions import Judge
 from attest_otel.model import CheckResult, Run
@@ -434,7 +435,14 @@ class Service:
             )
             self.http.start()
         except BaseException:
-            self.shutdown(2.0)
+            # Undoing a start that failed: its error is the one line the user sees, so the
+            # shutdown's own INFO lines stay out of it.
+            level = log.level
+            log.setLevel(max(level, logging.WARNING))
+            try:
+                self.shutdown(2.0)
+            finally:
+                log.setLevel(level)
             raise
         log.info(
             "attest-otel sidecar started",
