@@ -194,9 +194,12 @@ class TraceStore:
             self.path,
             size / 2**20,
         )
-        self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        self._db.execute("VACUUM")
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        try:
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as e:  # busy, or no room for the copy: the next start tries again
+            log.warning("store: could not convert %s (%s); it will not shrink", self.path, e)
 
     def disk_bytes(self) -> int:
         """What the store takes on disk: the database file, its -wal and its -shm, in the
@@ -210,7 +213,7 @@ class TraceStore:
                 st = one.stat()
             except FileNotFoundError:
                 continue
-            total += max(st.st_blocks * 512, 0)
+            total += st.st_blocks * 512
         return total
 
     def close(self) -> None:
