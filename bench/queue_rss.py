@@ -34,7 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cap-mib", type=int, default=64)
     args = parser.parse_args()
-    logging.disable(logging.WARNING)
+    logging.disable(logging.ERROR)
     with socket.socket() as s:  # a port nothing listens on: the database is away
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
