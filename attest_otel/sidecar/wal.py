@@ -27,11 +27,11 @@ alive by a span a second holds every request it was in, and so every segment):
   is deleted. Replay reads a record id from any segment at or after its own, and takes each
   id once, done if any segment's `.ack` says so (a crash between the copy and the delete
   leaves both copies, replayed once);
-- `max_bytes`: within a segment of it, requests are compacted for first (a copy that would
-  not fit beside the file it replaces is not made); past it a request is refused
-  (`BufferDirError`, "retry later") rather than written, so the disk never fills. It counts
-  what `du` counts: whole blocks, and the done marks to come. (The buffer's `max_hold_s`
-  is what makes the held records done eventually.)
+- `max_bytes`: within a segment (or a quarter) of it, requests are compacted for first (a
+  copy that would not fit beside the file it replaces is not made); past it a request is
+  refused (`BufferDirError`, "retry later") rather than written, so the disk never fills.
+  It counts what `du` counts: whole blocks, and the done marks to come. (The buffer's
+  `max_hold_s` is what makes the held records done eventually.)
 
 A write or fsync that fails (a full disk: ENOSPC, or EIO) raises `BufferDirError` and the
 request is not acknowledged (the receivers answer "retry later"): the partial record is
@@ -310,10 +310,9 @@ class DurableLog:
     def _footprint_with(self, active: _Segment, need: int, records: int = 1) -> int:
         """The directory's blocks once `need` more bytes (`records` records) are in `active`
         and marked done."""
-        grown = _Segment(active.seq, active.path, active.ack_path, set(active.pending))
-        grown.pending.update(range(-records, 0))
-        grown.size, grown.acked = active.size + need, active.acked
-        return sum(s.on_disk for s in self._segments.values()) - active.on_disk + grown.on_disk
+        marks = active.acked + _ACK.size * (len(active.pending) + records)
+        grown = -(-(active.size + need) // _BLOCK) * _BLOCK + -(-marks // _BLOCK) * _BLOCK
+        return sum(s.on_disk for s in self._segments.values()) - active.on_disk + grown
 
     # --- the data path ---------------------------------------------------------------------
 
@@ -340,9 +339,10 @@ class DurableLog:
                 assert active is not None
             need = _HEADER.size + len(data)
             if self.max_bytes is not None:
-                # Compacted while a segment's room is left, so the copies fit beside the
-                # files they replace; at the cap itself, refused.
-                if self._footprint_with(active, need) > self.max_bytes - self.segment_bytes:
+                # Compacted while a segment's room is left (a quarter of a small cap), so
+                # the copies fit beside the files they replace; at the cap, refused.
+                room = min(self.segment_bytes, self.max_bytes // 4)
+                if self._footprint_with(active, need) > self.max_bytes - room:
                     self._compact(force=True)
                 if self._footprint_with(active, need) > self.max_bytes:
                     self.refused_full += 1
