@@ -30,9 +30,9 @@ def test_a_4_mib_buffer_dir_stays_within_its_cap_on_disk(tmp_path: Path) -> None
     log._remove = measured_remove  # type: ignore[method-assign]
     held: list[int] = []
     refused = accepted = 0
-    for i in range(4000):  # 16 MiB of requests through a 4 MiB dir
+    for i in range(2000):  # 16 MiB of requests through a 4 MiB dir
         try:
-            rid = log.append(b"r" * 4000)
+            rid = log.append(b"r" * 8000)
         except BufferDirError:
             refused += 1  # the sender hears "retry later"; the oldest held ones go
             sizes.append(du(tmp_path))  # the dir at its fullest
@@ -47,11 +47,11 @@ def test_a_4_mib_buffer_dir_stays_within_its_cap_on_disk(tmp_path: Path) -> None
             held.append(rid)  # a trace still open: held until the dir fills
         else:
             log.release([rid])
-        if i % 50 == 0:
+        if i % 25 == 0:
             sizes.append(du(tmp_path))
     sizes.append(du(tmp_path))
     log.close()
-    assert refused > 0 and accepted > 3000  # the cap was reached, and it kept taking
+    assert refused > 0 and accepted > 1500  # the cap was reached, and it kept taking
     assert log.compactions > 0
     # README, "Sizing the disk": du stays within 1 % of buffer.max_dir_size_mib (the file
     # system may allocate a block or two ahead of a file being appended to).
