@@ -129,16 +129,29 @@ def run_block(title: str, run: Run, result: CheckResult, *, indent: str = "") ->
             lines.append(f"{indent}  ... and {passing} correct calls (--json lists every call)")
     else:
         lines.append(f"{indent}  no tool calls")
+    mark = click.style(_MARK["warn"], fg=_COLOUR["warn"], bold=True)
+    for gap in unread(result):
+        lines.append(f"{indent}  {mark} not read whole:")
+        lines.append(wrapped(gap, f"{indent}      "))
     return "\n".join(lines)
+
+
+def unread(result: CheckResult) -> list[str]:
+    """Why the run could not be read whole (`Run.gaps`, kept in the result's metadata)."""
+    found = result.metadata.get("gaps")
+    return [str(g) for g in found] if isinstance(found, list) else []
 
 
 def totals(results: Sequence[CheckResult]) -> str:
     passed = sum(r.verdict == "pass" for r in results)
     review = sum(r.verdict == "review" for r in results)
+    unread_runs = sum(bool(unread(r)) for r in results)
     failed = sum(r.verdict == "fail" for r in results)
     parts = [f"{len(results)} run{'s' if len(results) != 1 else ''}", f"{passed} passed"]
     if review:
         parts.append(f"{review} to review")
+        if unread_runs:
+            parts[-1] += f" ({unread_runs} could not be read whole)"
     parts.append(f"{failed} failed")
     return ", ".join(parts)
 
@@ -155,7 +168,9 @@ def trace_json(graded: GradedTrace) -> dict[str, Any]:
                 "task": g.run.task,
                 "final_answer": g.run.final_answer,
                 "content_captured": g.run.content_captured,
+                "gaps": list(g.run.gaps),
                 "stored_grade": g.stored,
+                "regraded": g.regraded,
                 "result": g.result.to_dict(),
             }
             for g in graded.runs
@@ -174,6 +189,8 @@ def trace_block(graded: GradedTrace) -> str:
         title = f"  run {printable(g.run.agent or '(no agent name)', newlines=False)}"
         if g.stored:
             title += "  (the grade the sidecar stored)"
+        elif g.regraded:
+            title += f"  (graded again: {g.regraded})"
         lines.append(run_block(title, g.run, g.result, indent=""))
     if not any(result.findings for result in results):
         seen = printable(", ".join(trace.dialects), newlines=False) or "none"

@@ -25,6 +25,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -47,6 +48,8 @@ from attest_otel.sidecar.gate import ModelGate
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import append_to_spans, iter_resource_spans
 from attest_otel.store import StoredGrade, Writer
+from attest_otel.store.blob import split as split_stored
+from attest_otel.store.blob import with_logs
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,8 @@ class TraceGrader:
         """Told every graded trace (what a later regrade starts from when there is no store)."""
         self.send_logs: Callable[[list[bytes]], None] | None = None
         """Sends a graded trace's evaluation log records; None: log events are off."""
+        self.log_forwarder: Forwarder | None = None
+        """Where the log records held with a trace go, after its spans."""
 
     def grade_run(self, run: Run) -> CheckResult:
 
@@ -114,6 +119,8 @@ class TraceGrader:
         else:
             request = ExportTraceServiceRequest.FromString(original)
             decoded = decode_request(request, source=f"trace {trace.trace_id_hex}", data=original)
+        label = f"trace {trace.trace_id_hex}"
+        decoded.logs = decoded.logs + decode_logs(bytes(trace.logs), label)
         now_ns = time.time_ns()
         data, runs = grade_decoded(
             request,
@@ -123,6 +130,7 @@ class TraceGrader:
             self.content,
             data=original,
             now_ns=now_ns,
+            gaps=trace.gaps,
         )
         logs = encode_logs(runs, now_ns, self.content) if self.send_logs is not None else []
         return _Graded(data, runs, logs=logs)
@@ -143,6 +151,7 @@ class TraceGrader:
             if trace.late and self.regrade is not None:
                 self.stats.graded(trace.reason or "late", 0, False)
                 self.regrade(trace)
+                self.forward_logs([trace])
             else:
                 fresh.append(trace)
         if not fresh:
@@ -165,7 +174,11 @@ class TraceGrader:
                     )
                     for run, result in graded.runs
                 ]
-                self.store.put(trace.trace_id_hex, original, trace.spans, grades)
+                # The log records go with the spans when content is kept whole; under a
+                # content policy only the spans are stored (the scrub reads spans only).
+                keep_logs = self.content.mode == "keep"
+                stored = with_logs(original, bytes(trace.logs)) if keep_logs else original
+                self.store.put(trace.trace_id_hex, stored, trace.spans, grades)
         self.forwarder.offer(
             ForwardItem(
                 results[0].data if len(results) == 1 else b"".join(g.data for g in results),
@@ -174,6 +187,7 @@ class TraceGrader:
                 mergeable=True,
             )
         )
+        self.forward_logs(fresh)
         logs = [record for graded in results for record in graded.logs]
         if logs and self.send_logs is not None:
             try:
@@ -202,7 +216,7 @@ class TraceGrader:
             answers = pool.submit(
                 grade_batch_in_worker,
                 [
-                    (original, f"trace {trace.trace_id_hex}")
+                    (original, f"trace {trace.trace_id_hex}", bytes(trace.logs), list(trace.gaps))
                     for trace, original in zip(traces, originals, strict=True)
                 ],
                 self.send_logs is not None,
@@ -229,6 +243,28 @@ class TraceGrader:
                 results.append(_Graded(data, runs, in_worker=True, logs=logs))
         return results
 
+    def forward_logs(self, traces: list[HeldTrace]) -> None:
+        """The log records held with these traces, sent on after their spans."""
+        forwarder = self.log_forwarder
+        held = [trace for trace in traces if trace.log_count]
+        if forwarder is None or not held:
+            return
+        forwarder.offer(
+            ForwardItem(
+                b"".join(bytes(trace.logs) for trace in held),
+                sum(trace.log_count for trace in held),
+                tuple(record for trace in held for record in trace.log_wal),
+                mergeable=True,
+            )
+        )
+
+    def forward_ungraded(self, traces: list[HeldTrace]) -> None:
+        """Traces sent on as they came (too large to grade, or grading shut down): spans,
+        then their log records."""
+        for trace in traces:
+            self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans, tuple(trace.records)))
+        self.forward_logs(traces)
+
     def _grade_safe(self, trace: HeldTrace, original: bytes) -> _Graded:
         try:
             return self._grade(trace, original)
@@ -254,6 +290,8 @@ class TraceGrader:
                     "score": shown_score(result.score, 3),
                     "calls": len(result.findings),
                     "released": trace.reason,
+                    "log_records": trace.log_count,
+                    "gaps": "; ".join(run.gaps),
                 },
             )
             if not graded.in_worker and self.emit is not None:
@@ -262,7 +300,7 @@ class TraceGrader:
                 except Exception:
                     log.exception("emitting the grade of a run failed")
         if self.remember is not None and not graded.failed:
-            self.remember(trace.trace_id_hex, original, graded.runs)
+            self.remember(trace.trace_id_hex, with_logs(original, bytes(trace.logs)), graded.runs)
 
 
 def grade_decoded(
@@ -274,6 +312,7 @@ def grade_decoded(
     *,
     data: bytes | None = None,
     now_ns: int | None = None,
+    gaps: list[str] | None = None,
 ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
     """Runs of a decoded trace, graded (`pipeline`) and written into its spans; the
     annotated bytes. The policy's declared dialects read the spans too.
@@ -286,7 +325,14 @@ def grade_decoded(
     now = time.time_ns() if now_ns is None else now_ns
     graded: list[tuple[Run, CheckResult]] = []
     reading = Reading(policy) if policy is not None else None
-    for trace in grade_traces(decoded.spans, decoded.logs, reading, grade_run=grade_run):
+    told = list(gaps or ())
+
+    def grade_one(run: Run) -> CheckResult:
+        # What the sidecar knows was refused of the trace, for the rules to see.
+        run.gaps.extend(gap for gap in told if gap not in run.gaps)
+        return grade_run(run)
+
+    for trace in grade_traces(decoded.spans, decoded.logs, reading, grade_run=grade_one):
         for one in trace.runs:
             graded.append((one.run, one.result))
     if data is not None and not any(mark in data for mark in GRADE_MARKS):
@@ -316,8 +362,10 @@ def grade_again(
     The trace is parsed whole, since a late span changes the runs it belongs to, and only
     the late spans go out again: the others went out with their first grade.
     """
+    prior, prior_logs = split_stored(prior)  # the log records read with it before
     request = ExportTraceServiceRequest.FromString(prior + late)
     decoded = decode_request(request, source=label)
+    decoded.logs = decoded.logs + decode_logs(prior_logs, label)
     _, runs = grade_decoded(request, decoded, policy, grade_run, content)
     # Both parts are concatenated ResourceSpans records: the late ones come last.
     keep = sum(1 for _ in iter_resource_spans(late))
@@ -326,6 +374,13 @@ def grade_again(
         out.resource_spans.extend(request.resource_spans[-keep:])
     data: bytes = out.SerializeToString()
     return data, runs
+
+
+def decode_logs(data: bytes, label: str) -> list[Any]:
+    """The log records held with a trace, decoded as `grade --file` decodes a logs request."""
+    if not data:
+        return []
+    return decode_request(ExportLogsServiceRequest.FromString(data), source=label).logs
 
 
 def encode_logs(
@@ -409,17 +464,24 @@ def _slim(run: Run) -> Run:
         trace_id=run.trace_id,
         span_id=run.span_id,
         allowed_tools=run.allowed_tools,
+        gaps=list(run.gaps),
     )
 
 
 def grade_in_worker(
-    data: bytes, label: str, logs: bool = False
+    data: bytes,
+    label: str,
+    logs: bool = False,
+    held_logs: bytes = b"",
+    gaps: list[str] | None = None,
 ) -> tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]]:
-    """Offline grading of one trace's bytes, in a grading process: the annotated bytes,
-    the runs (slimmed for the trip back) and, when `logs`, their evaluation log records."""
+    """Offline grading of one trace's bytes (with the log records held with it), in a
+    grading process: the annotated bytes, the runs (slimmed for the trip back) and, when
+    `logs`, their evaluation log records."""
 
     request = ExportTraceServiceRequest.FromString(data)
     decoded = decode_request(request, source=label, data=data)
+    decoded.logs = decoded.logs + decode_logs(held_logs, label)
     now_ns = time.time_ns()
     annotated, graded = grade_decoded(
         request,
@@ -429,6 +491,7 @@ def grade_in_worker(
         _WORKER_CONTENT,
         data=data,
         now_ns=now_ns,
+        gaps=gaps,
     )
     records = encode_logs(graded, now_ns, _WORKER_CONTENT) if logs else []
     return annotated, [(_slim(run), result) for run, result in graded], records
@@ -447,15 +510,15 @@ def grade_again_in_worker(
 
 
 def grade_batch_in_worker(
-    items: list[tuple[bytes, str]],
+    items: list[tuple[bytes, str, bytes, list[str]]],
     logs: bool = False,
 ) -> list[tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]] | str]:
-    """`grade_in_worker` for each (bytes, label) of a batch; a trace whose grading raised
-    is its formatted exception instead (the others are still graded)."""
+    """`grade_in_worker` for each (bytes, label, held log records, gaps) of a batch; a trace
+    whose grading raised is its formatted exception instead (the others are still graded)."""
     out: list[tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]] | str] = []
-    for data, label in items:
+    for data, label, held_logs, gaps in items:
         try:
-            out.append(grade_in_worker(data, label, logs))
+            out.append(grade_in_worker(data, label, logs, held_logs, gaps))
         except Exception:
             out.append(traceback.format_exc())
     return out

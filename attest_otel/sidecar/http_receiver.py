@@ -1,4 +1,5 @@
-"""The OTLP/HTTP receiver: `POST /v1/traces`, `/healthz` and `/readyz`.
+"""The OTLP/HTTP receiver: `POST /v1/traces`, `/v1/logs`, `/v1/metrics`, `/healthz` and
+`/readyz`.
 
 What it answers is in `receivers` (the table of outcomes). What a connection may cost is
 bounded by the server (`attest_otel.httpserver`: an event loop holds idle and slow
@@ -6,8 +7,10 @@ connections, a pool of `workers` threads sees only whole requests). What a reque
 is bounded here:
 
 - size: a body over `max_body_bytes` (or, for OTLP/JSON, the lower `max_json_bytes`:
-  converting it costs about 50x its size) is refused from its Content-Length, before it
-  is read, and a gzip body that inflates past the limit is cut off while inflating;
+  converting it costs about 50x its size) is refused with 413 from its Content-Length
+  (read, up to `_DISCARD_LIMIT`, only to name its traces as a gap, `on_oversize`; past
+  that the connection is closed unread), and a gzip body that inflates past the limit is
+  cut off while inflating;
 - decoding: gunzip and OTLP/JSON conversion are budgeted by kind and by sender
   (`DecodeBudget`): JSON and gzip-protobuf have `max_concurrent_decodes` slots each, and one
   sender (its address) holds at most half of a kind's slots, so neither one kind of body nor
@@ -36,16 +39,30 @@ from attest_otel.sidecar.receivers import (
     _PROTOBUF_TYPES,
     Accept,
     Outcome,
+    Oversize,
+    RefusalLog,
     TlsFiles,
     TokenCheck,
     _status_bytes,
     _status_json,
+    mib,
     otlp_json_to_protobuf,
 )
 
 __all__ = ["DecodeBudget", "HttpReceiver"]
 
 log = logging.getLogger(__name__)
+
+_SIGNAL_PATHS = {"/v1/traces": "traces", "/v1/logs": "logs", "/v1/metrics": "metrics"}
+
+
+def limit_key(is_json: bool) -> str:
+    """The setting that raises the limit a body was refused over."""
+    return (
+        "receivers.http.max_json_body_size_mib"
+        if is_json
+        else "receivers.http.max_request_body_size_mib"
+    )
 
 
 class DecodeBudget:
@@ -108,8 +125,9 @@ class _OtlpApp:
         if receiver.token is not None and not receiver.token.check(
             request.headers.get("authorization")
         ):
-            receiver.count_rejection("unauthenticated")
-            return _status(
+            return self._status(
+                request,
+                "unauthenticated",
                 401,
                 _CODE_UNAUTHENTICATED,
                 "missing or wrong bearer token",
@@ -122,37 +140,43 @@ class _OtlpApp:
             request.headers.get("transfer-encoding", "").lower() == "chunked"
             or length_header is None
         ):
-            receiver.count_rejection("length_required")
-            return _status(
-                411, _CODE_INVALID_ARGUMENT, "Content-Length is required", is_json, close=True
+            return self._status(
+                request,
+                "length_required",
+                411,
+                _CODE_INVALID_ARGUMENT,
+                "Content-Length is required",
+                is_json,
+                close=True,
             )
         try:
             length = int(length_header)
             if length < 0:
                 raise ValueError
         except ValueError:
-            receiver.count_rejection("malformed")
-            return _status(400, _CODE_INVALID_ARGUMENT, "bad Content-Length", is_json, close=True)
+            return self._status(
+                request,
+                "malformed",
+                400,
+                _CODE_INVALID_ARGUMENT,
+                "bad Content-Length",
+                is_json,
+                close=True,
+            )
         limit = receiver.max_json_bytes if is_json else receiver.max_body_bytes
-        if length > limit:
-            receiver.count_rejection("too_large")
-            close = length > _DISCARD_LIMIT
-            answer = _status(
+        if length > limit and length > _DISCARD_LIMIT:
+            return self._status(
+                request,
+                "too_large",
                 413,
                 _CODE_RESOURCE_EXHAUSTED,
-                f"body of {length} bytes is over the {limit}-byte limit",
+                _over(length, limit, is_json),
                 is_json,
-                close=close,
+                close=True,
             )
-            if close:
-                return answer
-            return Response(
-                answer.status,
-                answer.body,
-                answer.content_type,
-                answer.headers,
-                discard=length,
-            )
+        # A body over the limit but under _DISCARD_LIMIT is read too: the answer then
+        # reaches the client on a healthy kept-alive connection, and `handle` names the
+        # traces it held (`on_oversize`).
         return length
 
     def handle(self, request: Request) -> Response:
@@ -166,23 +190,34 @@ class _OtlpApp:
             return Response(404, b"not found\n")
         media = _media(request)
         is_json = media == _JSON_TYPE
-        if request.path.rstrip("/") != "/v1/traces":
+        signal = _SIGNAL_PATHS.get(request.path.rstrip("/"), "")
+        limit = receiver.max_json_bytes if is_json else receiver.max_body_bytes
+        encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
+        if len(request.body) > limit:
+            message = _over(len(request.body), limit, is_json)
+            self._oversize(signal, request.body, encoding == "gzip", is_json, message)
+            return self._status(
+                request, "too_large", 413, _CODE_RESOURCE_EXHAUSTED, message, is_json
+            )
+        accept = receiver.accepts.get(signal)
+        if accept is None:
             return _status(
                 404, _CODE_INVALID_ARGUMENT, f"no OTLP signal at {request.path}", is_json
             )
         if media not in _PROTOBUF_TYPES and not is_json:
-            receiver.count_rejection("unsupported_media_type")
-            return _status(
+            return self._status(
+                request,
+                "unsupported_media_type",
                 415,
                 _CODE_INVALID_ARGUMENT,
                 f"unsupported content type {media or '(none)'!r}; use "
                 "application/x-protobuf or application/json",
                 False,
             )
-        encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
         if encoding not in ("gzip", "identity"):
-            receiver.count_rejection("unsupported_media_type")
-            return _status(
+            return self._status(
+                request,
+                "unsupported_media_type",
                 415,
                 _CODE_INVALID_ARGUMENT,
                 f"unsupported content encoding {encoding!r}; use gzip",
@@ -190,13 +225,12 @@ class _OtlpApp:
             )
         body = request.body
         if encoding == "gzip" or is_json:
-            limit = receiver.max_json_bytes if is_json else receiver.max_body_bytes
-            decoded = self._decode(request, encoding == "gzip", is_json, limit)
+            decoded = self._decode(request, signal, encoding == "gzip", is_json, limit)
             if isinstance(decoded, Response):
                 return decoded
             body = decoded
         try:
-            outcome = receiver.accept(body)
+            outcome = accept(body)
         except Exception:
             log.exception("HTTP receiver: accept failed")
             outcome = Outcome("full", "internal error; try again")
@@ -205,13 +239,28 @@ class _OtlpApp:
                 200, b"{}" if is_json else b"", _JSON_TYPE if is_json else _PROTOBUF_TYPES[0]
             )
         if outcome.kind == "malformed":
-            return _status(400, _CODE_INVALID_ARGUMENT, outcome.message, is_json)
-        return _status(
-            503, _CODE_UNAVAILABLE, outcome.message, is_json, retry_after_s=outcome.retry_after_s
+            return self._status(
+                request,
+                outcome.kind,
+                400,
+                _CODE_INVALID_ARGUMENT,
+                outcome.message,
+                is_json,
+                count=False,  # counted by the request path
+            )
+        return self._status(
+            request,
+            outcome.kind,
+            503,
+            _CODE_UNAVAILABLE,
+            outcome.message,
+            is_json,
+            retry_after_s=outcome.retry_after_s,
+            count=False,
         )
 
     def _decode(
-        self, request: Request, gzipped: bool, is_json: bool, limit: int
+        self, request: Request, signal: str, gzipped: bool, is_json: bool, limit: int
     ) -> bytes | Response:
         """Gunzip and OTLP/JSON conversion within the decode budget: each costs a multiple
         of the body in memory and CPU, so concurrent large bodies would otherwise add up
@@ -219,8 +268,9 @@ class _OtlpApp:
         receiver = self.receiver
         kind = "json" if is_json else "gzip"
         if not receiver.decodes.acquire(kind, request.peer, receiver.decode_wait_s):
-            receiver.count_rejection("decode_busy")
-            return _status(
+            return self._status(
+                request,
+                "decode_busy",
                 503,
                 _CODE_UNAVAILABLE,
                 "busy decoding other requests; try again",
@@ -233,25 +283,78 @@ class _OtlpApp:
                 try:
                     body = gunzip(body, "request body", limit)
                 except InflatesTooFar:
-                    receiver.count_rejection("too_large")
-                    return _status(
-                        413,
-                        _CODE_RESOURCE_EXHAUSTED,
-                        f"body inflates to more than {limit} bytes",
-                        is_json,
+                    message = (
+                        f"a body inflating to over the {mib(limit)} limit ({limit_key(is_json)})"
+                    )
+                    self._oversize(signal, body, True, is_json, message)
+                    return self._status(
+                        request, "too_large", 413, _CODE_RESOURCE_EXHAUSTED, message, is_json
                     )
                 except InputError as e:
-                    receiver.count_rejection("malformed")
-                    return _status(400, _CODE_INVALID_ARGUMENT, e.problem, is_json)
+                    return self._status(
+                        request, "malformed", 400, _CODE_INVALID_ARGUMENT, e.problem, is_json
+                    )
             if is_json:
                 try:
-                    body = otlp_json_to_protobuf(body)
+                    body = otlp_json_to_protobuf(body, signal)
                 except ValueError as e:
-                    receiver.count_rejection("malformed")
-                    return _status(400, _CODE_INVALID_ARGUMENT, str(e), True)
+                    return self._status(
+                        request, "malformed", 400, _CODE_INVALID_ARGUMENT, str(e), True
+                    )
             return body
         finally:
             receiver.decodes.release(kind, request.peer)
+
+    def _oversize(
+        self, signal: str, body: bytes, gzipped: bool, is_json: bool, message: str
+    ) -> None:
+        """Tells the service which traces a body refused for its size names (read up to
+        `_DISCARD_LIMIT` inflated; past it, none)."""
+        tell = self.receiver.on_oversize
+        if tell is None or not signal:
+            return
+        try:
+            if gzipped:
+                body = gunzip(body, "request body", _DISCARD_LIMIT)
+            tell(signal, body, is_json, message)
+        except (InflatesTooFar, InputError):
+            return
+        except Exception:
+            log.exception("HTTP receiver: noting the traces of a refused request failed")
+
+    def _status(
+        self,
+        request: Request,
+        reason: str,
+        http_status: int,
+        code: int,
+        message: str,
+        is_json: bool,
+        *,
+        count: bool = True,
+        retry_after_s: float | None = None,
+        close: bool = False,
+        extra: Sequence[tuple[str, str]] = (),
+    ) -> Response:
+        """A refusal: counted (unless the request path counted it), said at WARNING with
+        the sender (`RefusalLog`), answered as `_status`."""
+        if count:
+            self.receiver.count_rejection(reason)
+        signal = _SIGNAL_PATHS.get(request.path.rstrip("/"), "") or "OTLP"
+        self.receiver.refusals.warn(reason, request.peer, signal, message)
+        return _status(
+            http_status,
+            code,
+            message,
+            is_json,
+            retry_after_s=retry_after_s,
+            close=close,
+            extra=extra,
+        )
+
+
+def _over(length: int, limit: int, is_json: bool) -> str:
+    return f"a body of {mib(length)} is over the {mib(limit)} limit ({limit_key(is_json)})"
 
 
 def _status(
@@ -284,6 +387,9 @@ class HttpReceiver:
         endpoint: str,
         accept: Accept,
         *,
+        accept_logs: Accept | None = None,
+        accept_metrics: Accept | None = None,
+        on_oversize: Oversize | None = None,
         max_body_bytes: int = 20 * 1024 * 1024,
         max_json_bytes: int = 4 * 1024 * 1024,
         ready: Callable[[], tuple[bool, str]] = lambda: (True, ""),
@@ -300,6 +406,13 @@ class HttpReceiver:
     ) -> None:
         self.endpoint = endpoint
         self.accept = accept
+        self.accepts: dict[str, Accept | None] = {
+            "traces": accept,
+            "logs": accept_logs,
+            "metrics": accept_metrics,
+        }
+        self.on_oversize = on_oversize
+        self.refusals = RefusalLog()
         self.max_body_bytes = max_body_bytes
         self.max_json_bytes = min(max_json_bytes, max_body_bytes)
         self.ready = ready
@@ -344,7 +457,7 @@ class HttpReceiver:
             "OTLP/HTTP receiver listening",
             extra={
                 "endpoint": f"{host}:{self.port}",
-                "path": "/v1/traces",
+                "paths": "/v1/traces /v1/logs /v1/metrics",
                 "tls": "mtls"
                 if self.tls and self.tls.client_ca_file
                 else "on"
