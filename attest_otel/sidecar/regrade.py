@@ -60,9 +60,10 @@ from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.grade_span import emit_grade_span
 from attest_otel.export.otlp_config import default_resource, package_version
 from attest_otel.model import CheckResult, Run, shown_score
-from attest_otel.sidecar.buffer import HeldTrace, read_shape, service_name
+from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.grading import grade_again, grade_again_in_worker
+from attest_otel.sidecar.shape import service_name
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import split_request
 from attest_otel.store import StoredGrade, Writer, part_digest
