@@ -84,6 +84,12 @@ $(AGENTEVALS_VENV)/.synced: bench/agentevals-requirements.txt | $(UV)
 	$(UV) pip install --python $(AGENTEVALS_VENV) -r bench/agentevals-requirements.txt
 	touch $@
 
+# Sustained load with small caps: every cap passed, the store pruned many times (4 minutes;
+# docs/sizing.md). `make soak SOAK="--seconds 1200 --store-mib 512"` for a longer one.
+.PHONY: soak
+soak: setup
+	$(BIN)/python bench/soak.py $(SOAK)
+
 .PHONY: bench-agentevals
 bench-agentevals: setup $(AGENTEVALS_VENV)/.synced
 	$(BIN)/python bench/bench_agentevals.py

@@ -172,7 +172,18 @@ def grade(
         judge = grader.judge_for_tool_use(asked=True, model=model)
     else:
         judge = llm.judge_from_env(model)
-    reading = Reading(loaded, allowed_tools, fallbacks or None)
+    given = (
+        ("--policy", policy is not None),
+        ("--dialects", bool(dialect_files)),
+        ("--check-answer", check_answer),
+        ("--appropriate", appropriate),
+    )
+    reading = Reading(
+        loaded,
+        allowed_tools,
+        fallbacks or None,
+        regrade=tuple(flag for flag, on in given if on),
+    )
     graded: list[GradedTrace]
     if file is not None:
         with status(f"reading {file}"):
@@ -203,6 +214,7 @@ def grade(
             http=http,
             reading=reading,
             judge=judge,
+            appropriate=appropriate,
         )
         if not graded:
             from attest_otel.store import redact

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from attest_otel.model import shown_score
-from attest_otel.report.stats import NO_AGENT, Rate, Report, iso_time, percent
+from attest_otel.report.stats import NO_AGENT, Rate, Report, iso_time, percent, review_headline
+from attest_otel.terminal import printable
 
 __all__ = ["render_text", "table"]
 
@@ -15,7 +16,7 @@ def _interval(r: Rate) -> str:
 
 
 def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()), newlines=False)
     return text if len(text) <= width else text[: max(0, width - 3)] + "..."
 
 
@@ -41,8 +42,36 @@ def _rate_rows(rates: Sequence[Rate], width: int) -> list[list[str]]:
     ]
 
 
+def review_lines(report: Report, width: int, limit: int) -> list[str]:
+    if not report.review:
+        return []
+    lines = ["", review_headline(report)]
+    if report.reviews:
+        reason_w = max(20, width - 32 - 20 - 2 * 2)
+        lines.append(
+            table(
+                ["trace id", "agent", "why"],
+                [
+                    [
+                        r.trace_id,
+                        _clip(r.agent or NO_AGENT, 20),
+                        _clip(" ".join(r.reasons), reason_w),
+                    ]
+                    for r in report.reviews[:limit]
+                ],
+                [False, False, False],
+            )
+        )
+    return lines
+
+
 def render_text(report: Report, *, width: int = 100, limit: int = 10) -> str:
-    """The short plain-text report for a terminal."""
+    """The short plain-text report for a terminal; agent and tool names and summaries are
+    the senders' text, so control characters in them are shown as escapes."""
+    return printable(_render(report, width, limit))
+
+
+def _render(report: Report, width: int, limit: int) -> str:
     o = report.overall
     window = (
         f"since {iso_time(report.since_ns)}" if report.since_ns is not None else "all stored grades"
@@ -52,6 +81,7 @@ def render_text(report: Report, *, width: int = 100, limit: int = 10) -> str:
         lines.append("No graded runs in this window.")
         return "\n".join(lines)
     lines.append(f"Runs passed: {o.passed}/{o.total} = {percent(o.rate)} (95% CI {_interval(o)})")
+    lines += review_lines(report, width, limit)
     name_w = max(16, width // 3)
     lines += [
         "",

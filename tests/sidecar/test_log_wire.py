@@ -201,3 +201,11 @@ def test_a_stored_trace_keeps_its_log_records_beside_its_spans() -> None:
     assert got_logs == logs + _logs([(T2, "x")])
     assert split(spans) == (spans, b"")
     assert with_logs(spans, b"") == spans
+
+
+def test_records_without_a_trace_are_never_held() -> None:
+    buffer = TraceBuffer(BufferConfig(), probe=lambda *a: set(), release=lambda t: None)
+    group, _ = split_logs(_logs([(b"\x00" * 16, "gen_ai.choice"), (b"", "gen_ai.choice")]))[0]
+    routed = buffer.route_logs([(group, [True, True])], None)
+    assert (routed.held_records, routed.passthrough_records) == (0, 2)
+    assert buffer.held_traces == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import re
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,7 @@ def test_oversize_tool_span_is_refused_counted_logged_and_a_gap_of_its_run(
     graded = [line for line in log.splitlines() if "graded run" in line and trace_id in line]
     assert graded and "a traces request of this trace was refused" in graded[-1], log
     assert "over the 4 MiB limit" in graded[-1]
+    assert "verdict=review" in graded[-1], graded[-1]  # not read whole: never a plain pass
 
 
 def test_grpc_oversize_request_names_its_trace(sidecar: Sidecar, downstream: Downstream) -> None:
@@ -282,3 +284,118 @@ def test_metrics_pass_through_untouched_on_grpc_and_http(
         assert r.status == 200
     assert downstream.wait_for(lambda d: len(d.requests["metrics"]) >= 2, timeout=10)
     assert downstream.requests["metrics"][:2] == [data, data]
+
+
+@pytest.mark.parametrize("form", ["protobuf+gzip", "json"])
+def test_http_oversize_body_is_a_413_that_names_its_trace(
+    sidecar: Sidecar, downstream: Downstream, form: str
+) -> None:
+    """Over the HTTP limit (1 MiB here): 413, counted, logged with the sender, and the trace
+    the body names graded with the refusal as a gap, read through gzip or from JSON."""
+    import gzip
+    import json
+
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    from tests.sidecar.helpers import agent_run, provider
+
+    sidecar.config = {
+        "buffer": {"grace_s": 2.0, "idle_timeout_s": 5.0},
+        "receivers": {"http": {"max_request_body_size_mib": 1, "max_json_body_size_mib": 1}},
+    }
+    sidecar.start()
+    tp = provider(OTLPSpanExporter(endpoint=sidecar.grpc_endpoint, insecure=True))
+    trace_id, _ids = agent_run(tp.get_tracer("test"))
+    payload = "x" * (3 << 20)
+    headers = {}
+    if form == "json":
+        document = {
+            "resourceSpans": [
+                {
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                {
+                                    "traceId": trace_id,
+                                    "spanId": "00000000000000aa",
+                                    "name": "execute_tool fetch",
+                                    "attributes": [
+                                        {"key": "payload", "value": {"stringValue": payload}}
+                                    ],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            ]
+        }
+        body = json.dumps(document).encode()
+        headers["Content-Type"] = "application/json"
+    else:
+        big = ExportTraceServiceRequest()
+        span = big.resource_spans.add().scope_spans.add().spans.add()
+        span.trace_id = bytes.fromhex(trace_id)
+        span.span_id = bytes.fromhex("00000000000000aa")
+        span.name = "execute_tool fetch"
+        span.attributes.append(KeyValue(key="payload", value=AnyValue(string_value=payload)))
+        body = gzip.compress(big.SerializeToString())  # small on the wire, 3 MiB inflated
+        headers.update({"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+    request = urllib.request.Request(
+        f"{sidecar.http_url}/v1/traces", data=body, method="POST", headers=headers
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 413
+    tp.shutdown()
+    assert downstream.wait_for(lambda d: trace_id in grades_on_spans(d), timeout=20)
+    time.sleep(0.5)
+    log = sidecar.log()
+    assert re.search(r"refused a traces request from 127\.0\.0\.1 \(too_large\)", log), log
+    graded = [line for line in log.splitlines() if "graded run" in line and trace_id in line]
+    assert graded and "was refused" in graded[-1] and "1 MiB limit" in graded[-1], log
+
+
+def test_logs_and_metrics_survive_a_kill_9_under_buffer_dir(
+    sidecar: Sidecar, downstream: Downstream, tmp_path: Path
+) -> None:
+    """Acknowledged log records (held with a trace or passed on) and metrics are in the
+    durable log with their signal, and come back after a `kill -9`."""
+    from tests.sidecar.test_log_wire import _logs
+
+    sidecar.extra_args = ["--buffer-dir", str(tmp_path / "buffer")]
+    sidecar.start()
+    downstream.down = downstream.all_down = True
+    logs = _logs([(bytes.fromhex("ab" * 16), "gen_ai.choice"), (bytes.fromhex("cd" * 16), "x")])
+    metrics = _metrics_request()
+    with grpc.insecure_channel(sidecar.grpc_endpoint) as channel:
+        for method, body in (
+            ("/opentelemetry.proto.collector.logs.v1.LogsService/Export", logs),
+            ("/opentelemetry.proto.collector.metrics.v1.MetricsService/Export", metrics),
+        ):
+            channel.unary_unary(method, request_serializer=None, response_deserializer=None)(
+                body, timeout=5
+            )
+    sidecar.kill()
+    downstream.down = downstream.all_down = False
+    sidecar.start()  # same ports, same buffer dir: replays
+
+    def records(d: Downstream) -> list[bytes]:
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+            ExportLogsServiceRequest,
+        )
+
+        return [
+            r.trace_id
+            for raw in d.requests["logs"]
+            for rl in ExportLogsServiceRequest.FromString(raw).resource_logs
+            for sl in rl.scope_logs
+            for r in sl.log_records
+            if r.event_name in ("gen_ai.choice", "x")
+        ]
+
+    assert downstream.wait_for(lambda d: len(records(d)) >= 2, timeout=20), sidecar.log()
+    assert sorted(records(downstream)) == sorted(
+        [bytes.fromhex("ab" * 16), bytes.fromhex("cd" * 16)]
+    )
+    assert downstream.wait_for(lambda d: metrics in d.requests["metrics"], timeout=10)
+    assert sidecar.terminate() == 0
