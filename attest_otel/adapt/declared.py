@@ -8,7 +8,8 @@ condition holds decides the span's role, in the order the file lists them, so a 
 put a narrow rule (an output function that is no tool call) before a broad one.
 
 Detection stays on the hot path's budget: conditions are dict lookups, string compares and
-at most one precompiled regex on the span name (RE2: linear time, `linear_regex`); nothing is decoded until a run needs it.
+at most one precompiled regex on the span name (RE2, linear time: `linear_regex`); nothing
+is decoded until a run needs it.
 Values are decoded like the modules decode theirs (`loads_lenient`, `messages.py`), which is
 what lets a YAML file read a framework's fixtures exactly as its module does.
 """
