@@ -28,12 +28,11 @@ is held, forwards and flushes within the deadline.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from attest_otel import semconv
@@ -50,9 +49,10 @@ from attest_otel.sidecar.config import ServiceConfig, parse_host_port, read_toke
 from attest_otel.sidecar.evaluation_logs import EvaluationLogs
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate
-from attest_otel.sidecar.grading import TraceGrader, init_worker, warm_worker
+from attest_otel.sidecar.grading import TraceGrader, init_worker
 from attest_otel.sidecar.http_receiver import HttpReceiver
 from attest_otel.sidecar.probe import agent_probe
+from attest_otel.sidecar.quarantine import Quarantine
 from attest_otel.sidecar.receivers import (
     GrpcReceiver,
     TlsFiles,
@@ -68,6 +68,7 @@ from attest_otel.sidecar.wire import (
     DeclaredMarks,
     split_request,
 )
+from attest_otel.sidecar.workers import GradingProcesses
 from attest_otel.store import Store, Writer, open_store, open_writer, redact
 from attest_otel.store.shared_writer import SharedStoreWriter
 
@@ -126,7 +127,8 @@ class Service:
         self.grader: TraceGrader | None = None
         self.regrader: Regrader | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._processes: ProcessPoolExecutor | None = None
+        self._processes: GradingProcesses | None = None
+        self.quarantine = Quarantine(config.buffer.dir)
         self._pending: dict[Future[None], list[HeldTrace]] = {}
         self._pending_lock = threading.Lock()
         self.grpc: GrpcReceiver | None = None
@@ -199,6 +201,7 @@ class Service:
             store=self.store_writer,
             content=config.content,
         )
+        self.grader.quarantine = self.quarantine
         regrader = Regrader(  # late spans: the trace graded again
             policy=self.policy,
             grade_run=self.grader.grade_run,
@@ -236,8 +239,15 @@ class Service:
         return refresh
 
     def _ready(self) -> tuple[bool, str]:
-        """/readyz: the request path's reasons, and a full queue of writes to the store."""
+        """/readyz: the request path's reasons, a full queue of writes to the store, and
+        grading that makes no progress (a trace past its budget that could not be stopped:
+        one graded in this process, with `grading.processes: 0` or model checks on)."""
         ready, why = self.requests.ready()
+        grader = self.grader
+        if ready and grader is not None:
+            stalled = grader.stalled_s()
+            if stalled > self.config.grading.budget_s + 1.0:
+                return False, f"grading has made no progress for {stalled:.0f}s"
         backlog = getattr(self.store_writer, "backlog", None)
         if ready and backlog is not None:
             full = backlog()
@@ -257,23 +267,25 @@ class Service:
         if count == 0 or self.gate is not None or self.grader is None:
             return
 
-        policy = self.config.grading.policy
-        pool = ProcessPoolExecutor(
-            max_workers=count,
-            mp_context=multiprocessing.get_context("spawn"),
+        grading = self.config.grading
+        policy = grading.policy
+        pool = GradingProcesses(
+            count,
+            budget_s=grading.budget_s,
+            max_memory_bytes=grading.max_memory_bytes,
             initializer=init_worker,
             initargs=(
                 str(policy) if policy is not None else None,
                 self.config.content,
-                self.config.grading.nice,
+                grading.nice,
             ),
+            on_slow=self.quarantine.slow if self.config.buffer.dir is not None else None,
         )
         try:
-            for warmed in [pool.submit(warm_worker) for _ in range(count)]:
-                warmed.result(timeout=120)
+            pool.start()
         except Exception:  # grading in-process is slower, not wrong
             log.exception("grading processes did not start; grading in this process")
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown()
             return
         self._processes = pool
         self.grader.pool = pool
@@ -376,6 +388,7 @@ class Service:
                 self.evaluation_logs.start()
             self.buffer.start()
             if self.wal is not None:
+                self.quarantine.open()
                 replay = self.wal.open()
                 for record, data in replay:
                     self._replay(record, data)
@@ -490,7 +503,8 @@ class Service:
                 self.grpc.stop(grace_s=min(1.0, max(0.0, deadline - time.monotonic())))
             self.buffer.stop()
             self._submit(self.buffer.release_all())
-            self._drain_grading(deadline)
+            # Grading stops early enough to forward what it leaves ungraded.
+            self._drain_grading(deadline - min(2.0, budget / 4))
             delivered = self.forwarder.shutdown(deadline)
             if self.evaluation_logs is not None:
                 self.evaluation_logs.shutdown(max(deadline, time.monotonic() + 1.0))
@@ -506,6 +520,7 @@ class Service:
                 self.store.close()
             if self.wal is not None:
                 self.wal.close()
+            self.quarantine.close()
             s = self.stats
             log.info(
                 "stopped",
@@ -537,15 +552,17 @@ class Service:
             left = [t for f, batch in self._pending.items() if f.cancel() for t in batch]
         for trace in left:  # never started: forward ungraded rather than lose them
             self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans, tuple(trace.records)))
-        pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = None
         if self._processes is not None:
-            if self.grader is not None:
-                self.grader.pool = None
-            if self.regrader is not None:
-                self.regrader.pool = None
-            self._processes.shutdown(wait=True, cancel_futures=True)
-            self._processes = None
+            # Grading still under way past the deadline is killed: its callers forward
+            # their traces ungraded (`workers.Failed("shutdown")`) and return.
+            self._processes.shutdown()
+        pool.shutdown(wait=False, cancel_futures=True)
+        while time.monotonic() < deadline + 1.0:
+            with self._pending_lock:
+                if not self._pending:
+                    break
+            time.sleep(0.02)
+        self._pool = None
 
 
 def telemetry_target(config: ServiceConfig) -> dict[str, Any]:
