@@ -45,6 +45,7 @@ from attest_otel.model import CheckResult, Run
 from attest_otel.policy import Policy, load_policy
 from attest_otel.sidecar.api import GraderApi
 from attest_otel.sidecar.buffer import HeldTrace, SpanFacts, TraceBuffer
+from attest_otel.sidecar.buffer_dir import claim, release
 from attest_otel.sidecar.config import ServiceConfig, parse_host_port, read_token
 from attest_otel.sidecar.evaluation_logs import EvaluationLogs
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
@@ -129,6 +130,8 @@ class Service:
         self._pool: ThreadPoolExecutor | None = None
         self._processes: GradingProcesses | None = None
         self.quarantine = Quarantine(config.buffer.dir)
+        self._dir_lock: int | None = None
+        """The buffer dir's lock (`buffer_dir.claim`), held until the process ends."""
         self._pending: dict[Future[None], list[HeldTrace]] = {}
         self._pending_lock = threading.Lock()
         self.grpc: GrpcReceiver | None = None
@@ -375,6 +378,8 @@ class Service:
             return
         self._started = True
         try:
+            if self.config.buffer.dir is not None:
+                self._dir_lock = claim(self.config.buffer.dir)
             self._build_parts()
             if self.store_writer is not None:
                 self.store_writer.start()
@@ -521,6 +526,9 @@ class Service:
             if self.wal is not None:
                 self.wal.close()
             self.quarantine.close()
+            if self._dir_lock is not None:
+                release(self._dir_lock)
+                self._dir_lock = None
             s = self.stats
             log.info(
                 "stopped",
