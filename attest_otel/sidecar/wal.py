@@ -141,7 +141,7 @@ class DurableLog:
                 segment.size = path.stat().st_size
             except OSError as e:  # a symlink (ELOOP), another user's file (EPERM), a bad disk
                 log.error(
-                    "buffer-dir: %s refused or unreadable (%s); skipped, the rest is replayed",
+                    "buffer-dir: %s cannot be read (%s); skipped, the rest is replayed",
                     path.name,
                     e.strerror or e,
                 )

@@ -37,9 +37,7 @@ def test_an_item_over_the_memory_budget_fails_alone(tmp_path) -> None:
     pool = GradingProcesses(1, budget_s=20.0, max_memory_bytes=64 << 20)
     pool.start()
     try:
-        out = pool.map(
-            lambda_free_dispatch, [("allocate", 512), ("allocate", 8)], ["big", "small"]
-        )
+        out = pool.map(lambda_free_dispatch, [("allocate", 512), ("allocate", 8)], ["big", "small"])
         assert isinstance(out[0], Failed) and out[0].reason == "memory"
         assert out[1] == 8 << 20
     finally:
