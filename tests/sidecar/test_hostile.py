@@ -127,24 +127,32 @@ def _stall(sidecar: Sidecar, buffer: Path) -> tuple[str, str]:
     sidecar.start()
     slow, trace_id, agent = agent_trace(tools=40_000)
     post(sidecar, slow)
-    time.sleep(GRACE_S + 1.5)  # released, and a second into its grading
+    marks = buffer / "quarantine"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # a second into its grading: noted as slow
+        if marks.exists() and f"slow {trace_id}" in marks.read_text():
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"grading did not start:\n{sidecar.log()}")
     return trace_id, agent
 
 
 def test_sigterm_wins_within_the_deadline_under_a_stall(
     sidecar: Sidecar, downstream: Downstream, tmp_path: Path
 ) -> None:
-    _, agent = _stall(sidecar, tmp_path / "buffer")
+    trace_id, _ = _stall(sidecar, tmp_path / "buffer")
     started = time.monotonic()
     assert sidecar.terminate(timeout=10) == 0
-    assert time.monotonic() - started < 3 + 1.5
-    assert agent in downstream.span_ids()  # forwarded, ungraded
+    # The 3 s deadline, then the receivers' and exporters' own stops (docs/hostile-input.md).
+    assert time.monotonic() - started < 3 + 3
+    assert f"trace {trace_id} forwarded ungraded" in sidecar.log()  # grading let go of it
 
 
 def test_kill_9_of_a_stalled_sidecar_leaves_no_process_and_the_restart_quarantines(
     sidecar: Sidecar, downstream: Downstream, tmp_path: Path
 ) -> None:
-    trace_id, agent = _stall(sidecar, tmp_path / "buffer")
+    _trace_id, agent = _stall(sidecar, tmp_path / "buffer")
     assert sidecar.proc is not None
     kids = _children(sidecar.proc.pid)
     assert kids
