@@ -26,10 +26,9 @@ __all__ = ["LogfmtFormatter", "serve", "setup_logging"]
 SWITCH_INTERVAL_S = 0.001
 """How long a thread of `serve` keeps the interpreter before another may take it (Python's
 default is 5 ms). The receivers' threads answer small requests between the long runs of
-Python that cutting an agent request or finishing a graded batch takes. At 1 ms, a plain
-request's send -> answer p99 under 45 K spans/s of mixed load was 8.0-8.6 ms against
-10.5-12.9 (three runs of 300 probes each, `bench/bench_sidecar.py`'s load and probes), at no
-cost in agent throughput; the whole send -> downstream p99 stays noisy at that load."""
+Python that cutting an agent request or finishing a graded batch takes; a shorter interval
+lowers a plain request's p99 at no cost in agent throughput (docs/measurements.md, "Thread
+switch interval of `serve`")."""
 
 _STANDARD_RECORD_KEYS = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}

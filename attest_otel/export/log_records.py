@@ -85,11 +85,11 @@ def log_records(
 @cache
 def _origin() -> tuple[bytes, bytes]:
     """(Resource, InstrumentationScope) of this process's records, encoded once: the same
-    resource and scope the SDK path gives them (`telemetry.default_resource`)."""
+    resource and scope the SDK path gives them (`otlp_config.default_resource`)."""
     from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
     from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-    from attest_otel.export.telemetry import default_resource, package_version
+    from attest_otel.export.otlp_config import default_resource, package_version
 
     resource = Resource()
     for key, value in default_resource().attributes.items():

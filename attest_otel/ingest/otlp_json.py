@@ -14,8 +14,8 @@ mean the same thing, so `a or b` is a safe fallback for everything but `boolValu
 
 Non-GenAI spans become skeletons exactly as in `otlp_proto`; their `source` is the raw dict.
 
-Parsing (issue 12). `loads` is `json.loads` with orjson doing the work (about 2x faster on
-OTLP, where parsing was half of decoding). What orjson refuses (NaN and Infinity, numbers
+Parsing. `loads` is `json.loads` with orjson doing the work (docs/measurements.md, "orjson
+for OTLP/JSON"). What orjson refuses (NaN and Infinity, numbers
 beyond a double, unpaired surrogate escapes, nesting past 1024 levels, every syntax error) is
 parsed again by `json`, so such input gives `json`'s value or its exact error. One difference
 remains, on input that is never valid OTLP: an integer literal outside -2**63 .. 2**64-1

@@ -26,7 +26,7 @@ from attest_otel.model import LogRecord, Span
 DEFAULT_MAX_ATTRIBUTE_CHARS = 4 * 1024 * 1024
 """Default cut-off for one string value (characters; bytes for bytes values): 4 Mi, well
 above any tool output or message history seen in practice, far below what would let one
-attribute take the adapters' memory (a JSON string is parsed into objects ~10x its size)."""
+attribute take the adapters' memory (docs/measurements.md, "Attribute size cut-off")."""
 
 TRUNCATION_MARKER = "…[truncated {n} chars]"
 """Appended to a cut string; `n` is the number of characters removed."""
@@ -40,8 +40,8 @@ _SURROGATE_ESCAPE = re.compile(
     r"(?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))"
 )
 """An unpaired surrogate escape. Both cases start with the literal `\\u`, which `re` then
-looks for with a fast substring search: about 2x faster than two substring tests and the
-old pattern (whose second case started with a look-behind) over text with no `\\u` at all."""
+looks for with a fast substring search (docs/measurements.md, "Unpaired surrogate
+search")."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 __all__ = [

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attest_otel.export.log_records import logs_request
-from attest_otel.export.telemetry import resolve_endpoint, resolve_protocol
+from attest_otel.export.otlp_config import resolve_endpoint, resolve_protocol
 from attest_otel.sidecar.config import ForwardConfig
 from attest_otel.sidecar.forward import Forwarder, ForwardItem, make_log_sender
 

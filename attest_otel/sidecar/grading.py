@@ -37,7 +37,7 @@ from attest_otel.export.otlp_bytes import key_values
 from attest_otel.grade.grader import grade
 from attest_otel.grade.rules import CHECK_NAME
 from attest_otel.ingest.decode import decode_request
-from attest_otel.model import CheckResult, Run, Step, ToolCall
+from attest_otel.model import CheckResult, Run, Step, ToolCall, shown_score
 from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.policy import load_policy
 from attest_otel.sidecar.buffer import HeldTrace
@@ -313,7 +313,7 @@ class TraceGrader:
                     "span_id": run.span_id,
                     "agent": run.agent,
                     "verdict": result.verdict,
-                    "score": round(result.score, 3),
+                    "score": shown_score(result.score, 3),
                     "calls": len(result.findings),
                     "released": trace.reason,
                 },

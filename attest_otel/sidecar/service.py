@@ -38,7 +38,8 @@ from typing import Any
 from attest_otel import semconv
 from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc
 from attest_otel.errors import PolicyError
-from attest_otel.export.telemetry import ExportTls, build_telemetry, package_version
+from attest_otel.export.otlp_config import ExportTls, package_version
+from attest_otel.export.telemetry import build_telemetry
 from attest_otel.grade.llm import AnthropicJudge, judge_from_env
 from attest_otel.grade.questions import Judge
 from attest_otel.model import CheckResult, Run

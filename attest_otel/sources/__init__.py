@@ -18,18 +18,16 @@ from __future__ import annotations
 
 from attest_otel.errors import UsageError
 from attest_otel.ingest.decode import Decoded
+from attest_otel.sources import file, jaeger, phoenix, store_source, tempo
 from attest_otel.sources.base import Source as Source
 from attest_otel.sources.base import TraceNotFoundError as TraceNotFoundError
 from attest_otel.sources.base import normalize_trace_id as normalize_trace_id
-from attest_otel.sources.file import FileSource
 from attest_otel.sources.http import HttpOptions as HttpOptions
 from attest_otel.sources.http import parse_headers as parse_headers
-from attest_otel.sources.jaeger import JaegerSource
-from attest_otel.sources.phoenix import PhoenixSource
-from attest_otel.sources.store_source import StoreSource
-from attest_otel.sources.tempo import TempoSource
+from attest_otel.sources.kind import SourceKind
 
 __all__ = [
+    "KINDS",
     "SOURCE_KINDS",
     "HttpOptions",
     "Source",
@@ -40,51 +38,48 @@ __all__ = [
     "parse_source",
 ]
 
-SOURCE_KINDS = ("store", "jaeger", "tempo", "phoenix", "file")
-_HTTP_KINDS = frozenset({"jaeger", "tempo", "phoenix"})
+KINDS: tuple[SourceKind, ...] = (
+    store_source.KIND,
+    jaeger.KIND,
+    tempo.KIND,
+    phoenix.KIND,
+    file.KIND,
+)
+"""Every trace source, in the order `--help` and error messages list them: the one place a
+new source is registered (docs/architecture.md, "Adding a trace source")."""
+
+SOURCE_KINDS = tuple(kind.name for kind in KINDS)
+_BY_NAME = {kind.name: kind for kind in KINDS}
 
 
-def _url(kind: str, rest: str) -> str:
+def _url(kind: SourceKind, rest: str) -> str:
     url = rest.strip()
     if not url:
-        raise UsageError(f"--from {kind}: needs a URL, e.g. {kind}:{_EXAMPLES[kind]}")
+        raise UsageError(f"--from {kind.name}: needs a URL, e.g. {kind.name}:{kind.example}")
     if "://" not in url:
         url = "http://" + url  # `jaeger:localhost:16686`: plain HTTP, as curl assumes
     scheme = url.split("://", 1)[0].lower()
     if scheme not in ("http", "https"):
-        raise UsageError(f"--from {kind}:{rest}: expected an http:// or https:// URL")
+        raise UsageError(f"--from {kind.name}:{rest}: expected an http:// or https:// URL")
     return url
-
-
-_EXAMPLES = {
-    "jaeger": "http://localhost:16686",
-    "tempo": "http://localhost:3200",
-    "phoenix": "http://localhost:6006",
-}
 
 
 def parse_source(text: str, *, http: HttpOptions | None = None) -> Source:
     """`KIND:WHERE` -> a source. `http` (headers, TLS, timeout) applies to URL sources only."""
-    kind, sep, rest = text.partition(":")
-    kind = kind.strip().lower()
-    if not sep or kind not in SOURCE_KINDS:
+    name, sep, rest = text.partition(":")
+    kind = _BY_NAME.get(name.strip().lower()) if sep else None
+    if kind is None:
         kinds = ", ".join(f"{k}:" for k in SOURCE_KINDS)
         raise UsageError(
             f"--from {text!r}: expected one of {kinds} followed by a URL or path "
             "(e.g. jaeger:http://localhost:16686)"
         )
-    if kind in _HTTP_KINDS:
-        url = _url(kind, rest)
-        if kind == "jaeger":
-            return JaegerSource(url, http)
-        if kind == "tempo":
-            return TempoSource(url, http)
-        return PhoenixSource(url, http)
-    if kind == "file":
-        if not rest.strip():
-            raise UsageError("--from file: needs a path, e.g. file:traces.jsonl")
-        return FileSource(rest.strip())
-    return StoreSource(rest.strip() or None)
+    if kind.where == "url":
+        return kind.build(_url(kind, rest), http)
+    where = rest.strip()
+    if not where and kind.where == "path":
+        raise UsageError(f"--from {kind.name}: needs a path, e.g. {kind.name}:{kind.example}")
+    return kind.build(where, None)
 
 
 def fetch(trace_id: str, source: str | Source, *, http: HttpOptions | None = None) -> Decoded:

@@ -9,7 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from attest_otel.ingest.decode import Decoded, decode_file
-from attest_otel.sources.base import TraceNotFoundError, normalize_trace_id, only_trace
+from attest_otel.sources.base import (
+    TraceNotFoundError,
+    normalize_trace_id,
+    only_trace,
+)
+from attest_otel.sources.kind import SourceKind
 
 __all__ = ["FileSource"]
 
@@ -38,3 +43,6 @@ class FileSource:
         if self._decoded is None:
             self._decoded = decode_file(self.location)
         return list(self._decoded.by_trace())
+
+
+KIND = SourceKind("file", "path", "traces.jsonl", lambda path, _: FileSource(path))

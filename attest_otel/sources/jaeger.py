@@ -39,6 +39,7 @@ from attest_otel.sources.base import (
     parse_hex_id,
 )
 from attest_otel.sources.http import HttpClient, HttpOptions, Response
+from attest_otel.sources.kind import SourceKind
 
 __all__ = ["JaegerSource", "spans_from_classic"]
 
@@ -305,3 +306,6 @@ def _http_error(location: str, r: Response) -> SourceError:
 
 def _unexpected(location: str, r: Response, problem: str) -> SourceError:
     return SourceError(f"unexpected body from jaeger at {location} ({r.url}): {problem}")
+
+
+KIND = SourceKind("jaeger", "url", "http://localhost:16686", JaegerSource)

@@ -37,6 +37,7 @@ from attest_otel.sources.base import (
     parse_hex_id,
 )
 from attest_otel.sources.http import HttpClient, HttpOptions, Response
+from attest_otel.sources.kind import SourceKind
 
 __all__ = [
     "MAX_PAGES",
@@ -296,3 +297,6 @@ def span_from_phoenix(raw: dict[str, Any], project: str | None = None) -> Span:
         events=events,
         resource={_PROJECT: project} if project else {},
     )
+
+
+KIND = SourceKind("phoenix", "url", "http://localhost:6006", PhoenixSource)

@@ -16,7 +16,12 @@ from typing import Any, TypeVar
 
 from attest_otel.errors import InputError, SourceError
 from attest_otel.ingest.decode import Decoded, decode_bytes
-from attest_otel.sources.base import TraceNotFoundError, normalize_trace_id, only_trace
+from attest_otel.sources.base import (
+    TraceNotFoundError,
+    normalize_trace_id,
+    only_trace,
+)
+from attest_otel.sources.kind import SourceKind
 from attest_otel.store import (
     GradeSummary,
     Store,
@@ -113,3 +118,11 @@ def since_to_ns(seconds: float, *, now_ns: int | None = None) -> int:
     """The epoch-ns moment `seconds` before now."""
     now = time.time_ns() if now_ns is None else now_ns
     return now - int(seconds * 1e9)
+
+
+KIND = SourceKind(
+    "store",
+    "optional path",
+    "/var/lib/attest-otel/store.db",
+    lambda path, _: StoreSource(path or None),  # no path: the sidecar's default store
+)

@@ -31,6 +31,7 @@ from attest_otel.sources.base import (
     only_trace,
 )
 from attest_otel.sources.http import HttpClient, HttpOptions, Response
+from attest_otel.sources.kind import SourceKind
 
 __all__ = ["TempoSource", "otlp_json_from_tempo"]
 
@@ -131,3 +132,6 @@ def _http_error(location: str, r: Response) -> SourceError:
 
 def _unexpected(location: str, r: Response, problem: str) -> SourceError:
     return SourceError(f"unexpected body from tempo at {location} ({r.url}): {problem}")
+
+
+KIND = SourceKind("tempo", "url", "http://localhost:3200", TempoSource)

@@ -13,7 +13,7 @@ from attest_otel import semconv
 from attest_otel.content import ContentPolicy
 from attest_otel.export.log_events import emit_log_events
 from attest_otel.export.log_records import log_records, logs_request
-from attest_otel.export.telemetry import default_resource, package_version
+from attest_otel.export.otlp_config import default_resource, package_version
 
 from .sample import graded_run, passing_run
 

@@ -14,7 +14,8 @@ import pytest
 from attest_otel import semconv
 from attest_otel.errors import ExportError, ListenError, UsageError
 from attest_otel.export.delivery import ExportReport
-from attest_otel.export.telemetry import build_telemetry, resolve_endpoint, resolve_protocol
+from attest_otel.export.otlp_config import resolve_endpoint, resolve_protocol
+from attest_otel.export.telemetry import build_telemetry
 from attest_otel.model import CheckResult, Finding, Run
 from tests.fakes.otlp_server import OtlpGrpcReceiver, OtlpHttpReceiver
 

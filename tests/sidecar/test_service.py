@@ -47,7 +47,7 @@ def _agent_request() -> tuple[bytes, str]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from attest_otel.export.telemetry import _span_exporter  # noqa: F401 - SDK import check
+    from attest_otel.export.otlp_config import otlp_exporter  # noqa: F401 - SDK import check
     from tests.sidecar.helpers import agent_run
 
     memory = InMemorySpanExporter()
