@@ -510,7 +510,7 @@ class Service:
             self.buffer.stop()
             self._submit(self.buffer.release_all())
             # Grading stops early enough to forward what it leaves ungraded.
-            self._drain_grading(deadline - min(2.0, budget / 4))
+            self._drain_grading(deadline - min(5.0, budget / 3), deadline)
             delivered = self.forwarder.shutdown(deadline)
             if self.evaluation_logs is not None:
                 self.evaluation_logs.shutdown(max(deadline, time.monotonic() + 1.0))
@@ -548,11 +548,13 @@ class Service:
             self._stopped.set()
             return delivered
 
-    def _drain_grading(self, deadline: float) -> None:
+    def _drain_grading(self, kill_at: float, deadline: float) -> None:
+        """Grading finishes what it holds until `kill_at`; then what is still grading is
+        killed, and its traces are forwarded ungraded before `deadline`."""
         pool = self._pool
         if pool is None:
             return
-        while time.monotonic() < deadline:
+        while time.monotonic() < kill_at:
             with self._pending_lock:
                 if not self._pending:
                     break
@@ -566,7 +568,7 @@ class Service:
             # their traces ungraded (`workers.Failed("shutdown")`) and return.
             self._processes.shutdown()
         pool.shutdown(wait=False, cancel_futures=True)
-        while time.monotonic() < deadline + 1.0:
+        while time.monotonic() < deadline:  # their callers flag and offer them
             with self._pending_lock:
                 if not self._pending:
                     break

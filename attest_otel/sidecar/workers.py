@@ -194,6 +194,8 @@ class GradingProcesses:
                 try:
                     worker = self._spawn()
                 except Exception:
+                    if self._closed.is_set():  # stopped while it started
+                        return
                     log.exception("a grading process did not start; trying again in 1s")
                     time.sleep(1.0)
                     continue

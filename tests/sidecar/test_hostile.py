@@ -141,12 +141,16 @@ def _stall(sidecar: Sidecar, buffer: Path) -> tuple[str, str]:
 def test_sigterm_wins_within_the_deadline_under_a_stall(
     sidecar: Sidecar, downstream: Downstream, tmp_path: Path
 ) -> None:
-    trace_id, _ = _stall(sidecar, tmp_path / "buffer")
+    trace_id, agent = _stall(sidecar, tmp_path / "buffer")
     started = time.monotonic()
     assert sidecar.terminate(timeout=10) == 0
-    # The 3 s deadline, then the receivers' and exporters' own stops (docs/hostile-input.md).
-    assert time.monotonic() - started < 3 + 3
-    assert f"trace {trace_id} forwarded ungraded" in sidecar.log()  # grading let go of it
+    # The 3 s deadline, and the interpreter's own exit.
+    assert time.monotonic() - started < 3 + 1.5
+    assert f"trace {trace_id} forwarded ungraded" in sidecar.log()
+    span = agent_span(downstream, agent)  # forwarded before the deadline, flagged
+    assert span is not None, sidecar.log()
+    assert verdict(downstream, agent) == "review"
+    assert "stopping" in attr(span.attributes, "attest.tool_use.ungraded")
 
 
 def test_kill_9_of_a_stalled_sidecar_leaves_no_process_and_the_restart_quarantines(
