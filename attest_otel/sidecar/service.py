@@ -27,6 +27,7 @@ is held, forwards and flushes within the deadline.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -37,7 +38,7 @@ from typing import Any
 
 from attest_otel import semconv
 from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc
-from attest_otel.errors import PolicyError
+from attest_otel.errors import PolicyError, UsageError
 from attest_otel.export.otlp_config import ExportTls, package_version
 from attest_otel.export.telemetry import build_telemetry
 from attest_otel.grade.llm import AnthropicJudge, judge_from_env
@@ -394,8 +395,15 @@ class Service:
                 self.evaluation_logs.start()
             self.buffer.start()
             if self.wal is not None:
-                self.quarantine.open()
-                replay = self.wal.open()
+                try:
+                    self.quarantine.open()
+                    replay = self.wal.open()
+                except OSError as e:  # a symlink where a file of ours goes, another's file
+                    what = "is a symlink" if e.errno == errno.ELOOP else (e.strerror or str(e))
+                    name = os.path.basename(str(e.filename)) if e.filename else "a file"
+                    raise UsageError(
+                        f"buffer-dir {self.config.buffer.dir}: {name} {what}; refused"
+                    ) from None
                 for record, data in replay:
                     self._replay(record, data)
             rc = self.config.receivers

@@ -80,3 +80,46 @@ def test_the_quarantine_keeps_what_broke_or_was_under_way_across_a_restart(tmp_p
 
 def lambda_free_dispatch(name: str, value: int) -> object:
     return {"echo": echo, "backtrack": backtrack, "allocate": allocate}[name](value)
+
+
+_PARENT = """
+import sys, time
+from attest_otel.sidecar.workers import GradingProcesses
+from tests.sidecar.test_grading_budget import lambda_free_dispatch
+pool = GradingProcesses(1, budget_s=600.0)
+pool.start()
+print(next(iter(pool._all)).process.pid, flush=True)
+pool.map(lambda_free_dispatch, [("backtrack", 40)], ["stuck"])
+"""
+
+
+def test_a_grading_process_busy_in_c_dies_with_its_parent() -> None:
+    """The kernel's parent-death signal, not a thread: a regex in C holds the child's
+    interpreter, so a watcher thread in it would never run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT], cwd=repo, stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    time.sleep(1.0)  # busy in the regex
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait(5)
+    deadline = time.monotonic() + 5
+    alive = True
+    while alive and time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            alive = state != "Z"
+        except OSError:
+            alive = False
+        time.sleep(0.05)
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert not alive, "the grading process outlived its parent"

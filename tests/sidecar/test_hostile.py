@@ -259,6 +259,27 @@ def test_planted_segments_and_symlinks_are_refused(
     assert f"{segments[1].name} cannot be read" in log and "wal-000000000777.log" in log
 
 
+def test_a_symlink_planted_where_the_next_ack_file_goes_is_refused(
+    sidecar: Sidecar, downstream: Downstream, tmp_path: Path
+) -> None:
+    buffer = tmp_path / "buffer"
+    _write_segments(buffer, [[plain_pb(1)]])
+    last = sorted(buffer.glob("wal-*.log"))[-1]
+    target = tmp_path / "root-only"
+    target.write_bytes(b"secret")
+    target.chmod(0o600)
+    following = int(last.stem.split("-")[1]) + 1
+    (buffer / f"wal-{following:012d}.ack").symlink_to(target)  # where the sidecar appends
+    sidecar.grpc_port, sidecar.http_port = free_port(), free_port()
+    sidecar.extra_args = ["--buffer-dir", str(buffer)]
+    sidecar.start(wait=False)
+    assert sidecar.proc is not None
+    assert sidecar.proc.wait(30) == 2
+    log = sidecar.log()
+    assert f"wal-{following:012d}.ack is a symlink; refused" in log and "Traceback" not in log
+    assert target.read_bytes() == b"secret"
+
+
 def test_a_symlinked_store_path_is_refused_not_chmodded_through(
     sidecar: Sidecar, downstream: Downstream, tmp_path: Path
 ) -> None:
