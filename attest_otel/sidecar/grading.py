@@ -118,7 +118,8 @@ class TraceGrader:
         """How long the longest trace in grading has taken so far: in a grading process
         (killed at the budget) or in this one (which cannot be stopped: /readyz says so)."""
         pool = self.pool
-        here = min(self._here.values(), default=None)
+        with self._here_lock:
+            here = min(self._here.values(), default=None)
         own = 0.0 if here is None else time.monotonic() - here
         return max(own, pool.oldest_s() if pool is not None else 0.0)
 
@@ -292,8 +293,9 @@ class TraceGrader:
 
     def _grade_safe(self, trace: HeldTrace, original: bytes) -> _Graded:
         key = threading.get_ident()
-        with self._here_lock:
-            self._here[key] = time.monotonic()
+        if self.gate is None:  # with model checks, the model's own latency is not a stall
+            with self._here_lock:
+                self._here[key] = time.monotonic()
         try:
             return self._grade(trace, original)
         except Exception:  # logged once by `_flag`

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -118,6 +119,35 @@ def test_a_trace_past_the_budget_goes_on_ungraded_and_flagged(
     assert sidecar.terminate() == 0
     log = sidecar.log()
     assert log.count(f"trace {trace_id} forwarded ungraded") == 1, log
+
+
+def _readyz(sidecar: Sidecar) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"{sidecar.http_url}/readyz", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_readyz_reports_grading_that_makes_no_progress(
+    sidecar: Sidecar, downstream: Downstream
+) -> None:
+    # In this process (`processes: 0`) a trace cannot be killed: /readyz must say so.
+    sidecar.config = {"grading": {"processes": 0, "budget_s": 0.5}}
+    sidecar.start()
+    slow, _, agent = agent_trace(tools=40_000)
+    post(sidecar, slow)
+    seen: list[tuple[int, str]] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        seen.append(_readyz(sidecar))
+        if seen[-1][0] == 503:
+            break
+        time.sleep(0.1)
+    assert seen[-1][0] == 503 and "grading has made no progress" in seen[-1][1], seen[-3:]
+    assert downstream.wait_for(lambda d: verdict(d, agent) is not None, 60)
+    assert _readyz(sidecar)[0] == 200
+    assert sidecar.terminate() == 0
 
 
 def _stall(sidecar: Sidecar, buffer: Path) -> tuple[str, str]:
