@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from attest_otel.store.sqlite import TraceStore
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import Sidecar, attr, free_port
 from tests.sidecar.hostile_traces import agent_trace
@@ -114,11 +115,22 @@ def test_a_trace_past_the_budget_goes_on_ungraded_and_flagged(
     span = agent_span(downstream, slow_agent)
     assert verdict(downstream, slow_agent) == "review"
     assert "budget (0.5s)" in attr(span.attributes, "attest.tool_use.ungraded")
+    # Sent after the kill: while the trace's 16,001 spans are in grading, admission answers
+    # "retry later" to more (flow control, `requests.GradingCapacity`).
     took = graded_in_time(sidecar, downstream)
     assert max(took) < GRACE_S + 1.0, took
     assert sidecar.terminate() == 0
     log = sidecar.log()
     assert log.count(f"trace {trace_id} forwarded ungraded") == 1, log
+    store = TraceStore(sidecar.tmp / "store.db", readonly=True)  # the stored grade says why
+    try:
+        stored = store.get_trace(trace_id)
+    finally:
+        store.close()
+    assert stored is not None and [g.span_id for g in stored.grades] == [slow_agent]
+    result = stored.grades[0].result
+    assert result["verdict"] == "review" and not result["passed"]
+    assert "budget (0.5s)" in result["summary"] and result["metadata"]["ungraded"] == "time"
 
 
 def _readyz(sidecar: Sidecar) -> tuple[int, str]:
