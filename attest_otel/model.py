@@ -355,12 +355,14 @@ def run_from_dict(data: Any) -> Run:
         steps=steps,
         final_answer=f.str_("final_answer"),
         content_captured=f.bool_("content_captured") is not False,
+        gaps=f.str_list("gaps") or [],
     )
 
 
 def run_to_dict(run: Run) -> dict[str, Any]:
     """attest's run.json for a run (adapter-only fields left out, so attest reads it back;
-    `content_captured` only when False, the one fact a reader of the file must not miss)."""
+    `content_captured` only when False and `gaps` only when some, the facts a reader of the
+    file must not miss: both are extra keys, which attest's reader passes over)."""
     steps = []
     for step in run.steps:
         out: dict[str, Any] = {}
@@ -383,6 +385,8 @@ def run_to_dict(run: Run) -> dict[str, Any]:
     }
     if not run.content_captured:
         data["content_captured"] = False
+    if run.gaps:
+        data["gaps"] = list(run.gaps)
     return data
 
 
@@ -394,6 +398,7 @@ RUN_KEYS = (
     "steps",
     "final_answer",
     "content_captured",
+    "gaps",
 )
 STEP_KEYS = ("thought", "tool_call")
 CALL_KEYS = ("name", "arguments", "output", "is_error")

@@ -36,10 +36,23 @@ class Reading:
     policy: Policy = field(default_factory=Policy.empty)
     allowed_tools: list[str] | None = None
     fallbacks: dict[str, list[str]] | None = None
+    regrade: tuple[str, ...] = ()
+    """What the caller changed that a stored grade was not made with (`--policy`, ...):
+    any makes every run grade again, and the first is the reason the output gives."""
 
     @property
     def overridden(self) -> bool:
         return self.allowed_tools is not None or bool(self.fallbacks)
+
+    @property
+    def changes(self) -> tuple[str, ...]:
+        """Everything in this reading that a stored grade cannot have been made with."""
+        out = list(self.regrade)
+        if self.allowed_tools is not None and "--allowed-tools" not in out:
+            out.append("--allowed-tools")
+        if self.fallbacks and "--fallback" not in out:
+            out.append("--fallback")
+        return tuple(out)
 
 
 @dataclass(slots=True)
@@ -48,6 +61,9 @@ class GradedRun:
     result: CheckResult
     stored: bool = False
     """The grade is the one the store kept (made when the sidecar graded the run)."""
+    regraded: str | None = None
+    """Why a grade the store kept was not reused (e.g. "--policy given"); None when there
+    was none to reuse, or it was."""
 
 
 @dataclass(slots=True)
@@ -101,11 +117,11 @@ def grade_traces(
 
     `grade_run` replaces the plain `grade(run, judge=judge)` (the sidecar's model gate decides
     per run); `stored` holds CheckResult dicts by the run's agent span id, which are reused
-    unless `reading` overrides the policy. A stored dict that does not parse (a grade from
-    another version) is graded again.
+    only when nothing that changes a grade differs (`regrade_reason`). A stored dict that does
+    not parse (a grade from another version) is graded again.
     """
     how = reading or Reading()
-    keep = stored if stored and not how.overridden else {}
+    changes = how.changes
 
     def fresh(run: Run) -> CheckResult:
         if grade_run is not None:
@@ -116,10 +132,37 @@ def grade_traces(
     for trace in read(spans, logs, how):
         graded: list[GradedRun] = []
         for run in trace.runs:
-            kept = result_from_dict(keep.get(run.span_id or ""))
-            graded.append(GradedRun(run, kept, True) if kept else GradedRun(run, fresh(run)))
+            kept = result_from_dict((stored or {}).get(run.span_id or ""))
+            why = regrade_reason(run, kept, changes, judge) if kept is not None else None
+            if kept is not None and why is None:
+                graded.append(GradedRun(run, kept, True))
+                continue
+            if kept is not None:
+                # What the sidecar knew and the stored spans cannot tell again (a request it
+                # refused or cut) stays with the run: a regrade must not make it a blind pass.
+                run.gaps += [g for g in _gaps_of(kept) if g not in run.gaps]
+            graded.append(GradedRun(run, fresh(run), regraded=why))
         out.append(GradedTrace(trace, graded))
     return out
+
+
+def regrade_reason(
+    run: Run, kept: CheckResult, changes: Sequence[str], judge: Judge | None
+) -> str | None:
+    """Why a stored grade cannot stand for this run now; None when it can."""
+    if changes:
+        return f"{', '.join(changes)} given"
+    if judge is not None and kept.metadata.get("model") is None:
+        return "a model is available now and the stored grade had none"
+    stored_gaps = _gaps_of(kept)
+    if any(g not in stored_gaps for g in run.gaps):
+        return "the run reads with gaps the stored grade does not name"
+    return None
+
+
+def _gaps_of(result: CheckResult) -> list[str]:
+    found = result.metadata.get("gaps")
+    return [str(g) for g in found] if isinstance(found, list) else []
 
 
 def result_from_dict(data: Mapping[str, Any] | None) -> CheckResult | None:

@@ -72,6 +72,8 @@ ATTEST_TOOL_USE_UNGRADED: Final = "attest.tool_use.ungraded"
 """Why the run was not graded (its trace broke grading's time or memory budget, or was
 quarantined): set with `attest.tool_use.verdict` = review on the agent spans of a trace the
 sidecar forwarded ungraded."""
+ATTEST_TOOL_USE_GAPS: Final = "attest.tool_use.gaps"
+"""Why the run could not be read whole (its `review`), one sentence per gap; only on such runs."""
 
 # --- the grade span -------------------------------------------------------------------------
 

@@ -9,7 +9,10 @@ unless the trace carries its own) and scores, per fixture prefix (framework):
   in the run matched to the label's run (same agent name, else the same position);
 * task / answer: labelled runs whose task / final answer came out exactly right;
 * runs: labelled runs whose agent, calls, task, answer and verdict were all right;
-* extra runs: runs rebuilt that no label accounts for.
+* extra runs: runs rebuilt that no label accounts for;
+* verdicts: labelled runs whose offline verdict came out as labelled (`ok`), as `review` (the
+  run could not be read whole, docs/rules.md), or otherwise (`wrong`); `fail->pass` counts the
+  runs labelled `fail` that came out a plain `pass`, the worst answer a grader can give.
 
     .venv/bin/python tools/fixture_score.py [PREFIX ...] [--detail] [--dialects FILE ...]
 
@@ -74,8 +77,16 @@ def score(label_path: Path) -> tuple[dict[str, int], list[str]]:
         s["calls_total"] += len(want["calls"])
         if run is None:
             notes.append(f"{want['agent']}: no run")
+            s["verdict_wrong"] += 1
             continue
         result = grader.tool_use(run)
+        if result.verdict == want["verdict_offline"]:
+            s["verdict_right"] += 1
+        elif result.verdict == "review":
+            s["verdict_review"] += 1
+        else:
+            s["verdict_wrong"] += 1
+        s["fail_as_pass"] += want["verdict_offline"] == "fail" and result.verdict == "pass"
         got_calls = [
             (c.name, rules.is_error(c), f.verdict)
             for (_, c), f in zip(run.tool_calls, result.findings, strict=True)
@@ -149,7 +160,7 @@ def main(argv: list[str]) -> int:
                 print(f"  {path.name.removesuffix('.labels.json')}: {n}")
     header = (
         f"{'framework':40} {'calls right':>12} {'task':>9} {'answer':>9}"
-        f" {'runs right':>11} {'extra':>6}"
+        f" {'runs right':>11} {'extra':>6}   verdict ok/review/wrong {'fail->pass':>10}"
     )
     print(header)
     grand: dict[str, int] = defaultdict(int)
@@ -169,7 +180,8 @@ def _row(name: str, s: dict[str, int]) -> str:
     return (
         f"{name:40} {frac('calls_right', 'calls_total'):>12} {frac('task_right', 'runs_total'):>9} "
         f"{frac('answer_right', 'runs_total'):>9} {frac('runs_right', 'runs_total'):>11} "
-        f"{s['extra_runs']:>6}"
+        f"{s['extra_runs']:>6}   {s['verdict_right']:>9}/{s['verdict_review']}/"
+        f"{s['verdict_wrong']:<8} {s['fail_as_pass']:>10}"
     )
 
 

@@ -74,7 +74,9 @@ SEVERITY = prom_label(semconv.ATTEST_SEVERITY)
 RECOVERY = prom_label(semconv.ATTEST_RECOVERY)
 
 RUNS_SEL = f'{RUNS}{{{AGENT}=~"$agent"}}'
-PASSED_SEL = f'{RUNS}{{{RUN_VERDICT}="pass",{AGENT}=~"$agent"}}'
+# Passed as `report` and the exit codes count it: no failing call (`review` too, shown apart).
+PASSED_SEL = f'{RUNS}{{{RUN_VERDICT}!="fail",{AGENT}=~"$agent"}}'
+REVIEW_SEL = f'{RUNS}{{{RUN_VERDICT}="review",{AGENT}=~"$agent"}}'
 CALLS_SEL = f'{CALLS}{{{AGENT}=~"$agent",{TOOL}=~"$tool"}}'
 FAILED_CALLS_SEL = f'{CALLS}{{{SEVERITY}="fail",{AGENT}=~"$agent",{TOOL}=~"$tool"}}'
 # The errors counter carries tool and recovery only (no agent: see semconv / export.metrics).
@@ -252,6 +254,13 @@ def build() -> dashboard.Dashboard:
         .min(0)
         .max(1)
         .thresholds(_thresholds((None, "red"), (0.8, "orange"), (0.95, "green"))),
+        _stat(
+            "Runs to review",
+            "Runs graded review, counted as passed above: runs that could not be read whole "
+            "(the agent span's attest.tool_use.gaps says why) or whose check could not be made.",
+            f"sum(increase({REVIEW_SEL}[$__range])) or vector(0)",
+            "short",
+        ).thresholds(_thresholds((None, "green"), (1, "yellow"))),
         _stat(
             "Median run score",
             "Correct calls / all calls of a run; the median over the time range "

@@ -10,6 +10,7 @@ Both forms live side by side in the wild, sometimes from one library depending o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from typing import Any
@@ -84,14 +85,42 @@ _MESSAGE_EVENTS = {
 }
 
 
+_OP_WORDS: dict[str, Role] = {
+    "tool": Role.TOOL,
+    "function": Role.TOOL,
+    "agent": Role.AGENT,
+    "workflow": Role.WORKFLOW,
+    "chat": Role.MODEL,
+    "llm": Role.MODEL,
+    "completion": Role.MODEL,
+    "completions": Role.MODEL,
+    "generate": Role.MODEL,
+}
+"""Words of a framework's own operation names in the GenAI namespace (`tool.execute`,
+`agent.run`): the first role word of the name decides (issue 25, class 4)."""
+
+_OP_SPLIT = re.compile(r"[^a-z]+")
+
+
+def _op_words(op: Any) -> Role:
+    if isinstance(op, str):
+        for word in _OP_SPLIT.split(op.lower()):
+            role = _OP_WORDS.get(word)
+            if role is not None:
+                return role
+    return Role.OTHER
+
+
 def op_role(span: Span) -> Role | None:
-    """The role by `gen_ai.operation.name`, or by the old shapes that lack it."""
+    """The role by `gen_ai.operation.name` (a framework's own name by its words), or by the
+    old shapes that lack it; a span with only `gen_ai.tool.name` is a tool span."""
     attrs = span.attributes
     op = attrs.get(OP)
     if op is not None:
-        return OP_ROLES.get(op, Role.OTHER)
-    if "gen_ai.tool.name" in attrs and span.name.startswith("execute_tool"):
-        return Role.TOOL  # <= 1.36 tool spans carried no operation name
+        role = OP_ROLES.get(op)
+        return role if role is not None else _op_words(op)
+    if "gen_ai.tool.name" in attrs:
+        return Role.TOOL  # <= 1.36 tool spans carried no operation name; some only the name
     if "gen_ai.system" in attrs or "gen_ai.request.model" in attrs:
         return Role.MODEL
     return None

@@ -173,7 +173,7 @@ class Generic:
         return bare_name(span.name)
 
     def tool(self, span: Span) -> ToolInfo:
-        attrs = span.attributes
+        attrs = with_events(span)
         name = _first(attrs, _TOOL_NAME_SUFFIXES, ())
         args = _first(attrs, _ARG_SUFFIXES, _ARG_KEYS)
         arguments = loads_lenient(args)
@@ -209,7 +209,7 @@ class Generic:
         )
 
     def exchange(self, span: Span, logs: Sequence[LogRecord], want: Want = ALL) -> Exchange:
-        attrs = span.attributes
+        attrs = with_events(span)
         # Lenient: a JSON-encoded string (MLflow's `"text"`) is its text.
         raw_in = loads_lenient(_first(attrs, _ARG_SUFFIXES, _ARG_KEYS))
         raw_out = loads_lenient(_first(attrs, _OUT_SUFFIXES, _OUT_KEYS))
@@ -234,6 +234,28 @@ class Generic:
 
 
 GENERIC = Generic()
+
+
+_EVENT_VALUE_KEYS = frozenset(("value", "content", "data", "text", "payload"))
+
+
+def with_events(span: Span) -> dict[str, Any]:
+    """The span's attributes, and the content some tracers keep only in span events: an
+    `input` event's `value` reads as the attribute `input`, its other keys as `input.<key>`
+    (issue 25, class 4). Attributes win; `exception` events stay the error's."""
+    attrs = span.attributes
+    if not span.events:
+        return attrs
+    merged: dict[str, Any] = {}
+    for ev in span.events:
+        if ev.name == "exception":
+            continue
+        for key, value in ev.attributes.items():
+            merged.setdefault(ev.name if key in _EVENT_VALUE_KEYS else f"{ev.name}.{key}", value)
+    if not merged:
+        return attrs
+    merged.update(attrs)
+    return merged
 
 
 def _role_from_attributes(attrs: dict[str, Any]) -> Role | None:
@@ -299,13 +321,16 @@ def protocol_span(span: Span) -> bool:
 
 
 def bare_name(name: str) -> str | None:
-    """`lookup_order.run` -> `lookup_order`, `tool: x` -> `x`; a dotted instrumentation name
-    (`haystack.agent.step.tool`) names no tool and gives None."""
+    """`lookup_order.run` or `lookup_order.tool` -> `lookup_order`, `tool: x` -> `x`; a
+    dotted instrumentation name (`haystack.agent.step.tool`) names no tool and gives None."""
     text = name.strip()
     for prefix in _NAME_PREFIXES:
         if text.startswith(prefix):
             text = text[len(prefix) :].strip()
             break
+    head, dot, role = text.rpartition(".")
+    if dot and "." not in head and role.lower() in _ROLE_WORDS:
+        text = head  # `lookup_order.tool`, `billing.agent`: the role after the name
     text = strip_method(text)
     if not text or "." in text or " " in text or "/" in text:
         return None

@@ -1,32 +1,21 @@
-"""Calls: tool spans deduplicated, and matched with the model's requests and replies.
+"""Calls: tool spans deduplicated, model spans grouped into model calls, error fields.
 
-A tool span says what ran; the model calls around it say what was asked for (the call id, the
-arguments) and what the model was told (the result). Requests come from each model call's
-output; a result reaches the model only in a later call's input, which repeats the whole
-history, so inputs are read newest first and only until every wanted result is found. Calls
-that no span recorded are found in the requests alone.
+One call seen by several spans (two instrumentations, a request span beside its execution)
+counts once; the conversation's witness of the same calls is merged in by `witness`.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
-import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from attest_otel.adapt import guard
 from attest_otel.adapt.base import (
-    INPUT,
-    OUTPUT,
-    Message,
-    ToolReply,
-    ToolRequest,
+    Role,
     Want,
-    captured,
     event_exception_text,
 )
-from attest_otel.adapt.tree import Logs, Node, RunBuild, inside
+from attest_otel.adapt.tree import Logs, Node, inside
 from attest_otel.model import STATUS_ERROR, Span, ToolCall, json_safe, output_text
 
 
@@ -74,178 +63,6 @@ class ModelCall:
         return None
 
 
-def from_models(
-    logs: Logs,
-    build: RunBuild,
-    calls: list[Call],
-    groups: list[ModelCall],
-    direct: list[RunBuild],
-) -> None:
-    """Fill what tool spans lack, and find calls without spans, from the model messages.
-
-    Requests come from each model call's output (small); a result reaches the model only
-    in a later call's input, which repeats the whole history, so inputs are read newest
-    first and only until every wanted result is found.
-    """
-    if calls and not direct and _fill_nearby(logs, calls, groups):
-        return
-    requests: list[_Request] = []
-    seen: set[str] = set()
-    outputs_captured = True
-    for group in groups:
-        out = group.part(OUTPUT, logs)
-        if out is None:
-            outputs_captured = False
-            continue
-        for msg in out:
-            for req in msg.tool_calls:
-                if req.call_id is not None:
-                    if req.call_id in seen:
-                        continue
-                    seen.add(req.call_id)
-                requests.append(_Request(req, group.end, len(requests), group.lead))
-    if not requests and build.node is not None:
-        # No model content (content only in the run span's history or its log events):
-        # the history still orders the requests, if not in time.
-        when = build.node.span.start_ns
-        for msg in build.node.part(INPUT, logs) or ():
-            if msg.role != "assistant":
-                continue
-            for req in msg.tool_calls:
-                if req.call_id is None or req.call_id not in seen:
-                    if req.call_id is not None:
-                        seen.add(req.call_id)
-                    requests.append(_Request(req, when, len(requests), build.node))
-        outputs_captured = outputs_captured or bool(requests)
-    replies: dict[str, ToolReply] = {}
-    if not outputs_captured:
-        # Requests only in the history: read every input, oldest first, for their order.
-        prev: ModelCall | None = None
-        for group in groups:
-            for msg in group.part(INPUT, logs) or ():
-                _collect_replies(msg, replies)
-                if msg.role == "assistant" and prev is not None:
-                    for req in msg.tool_calls:
-                        if req.call_id is not None and req.call_id not in seen:
-                            seen.add(req.call_id)
-                            requests.append(_Request(req, prev.end, len(requests), prev.lead))
-            prev = group
-        requests.sort(key=lambda r: (r.time, r.seq))
-
-    by_id = {c.call_id: c for c in calls if c.call_id is not None}
-    had_spans = bool(calls)
-    claimable = guard.Claimable(_unclaimed)
-    for call in calls:
-        claimable.add(call)
-    handoffs = [c for c in calls if c.handoff_target is not None]
-    for request in requests:
-        req = request.req
-        target = by_id.get(req.call_id) if req.call_id is not None else None
-        if target is None:
-            target = _claim_by_name(claimable, handoffs, req, request.time)
-        if target is not None:
-            _take_request(target, req)
-            continue
-        nested = _started(req, direct)
-        if nested is not None:
-            # A sub-agent the model asked for, with no tool span: its span is the call.
-            assert nested.node is not None and nested.run is not None
-            direct.remove(nested)
-            answer = nested.run.final_answer
-            calls.append(
-                Call(
-                    name=req.name,
-                    call_id=req.call_id,
-                    arguments=req.arguments,
-                    args_captured=True,
-                    output=answer,
-                    output_captured=answer is not None,
-                    start=request.time,
-                    end=request.time,
-                    span_id=nested.node.span.span_id,
-                    seq=10_000 + request.seq,
-                    node=nested.node,
-                )
-            )
-            claimable.add(calls[-1])
-        elif not had_spans:
-            calls.append(
-                Call(
-                    name=req.name,
-                    call_id=req.call_id,
-                    arguments=req.arguments,
-                    args_captured=True,
-                    output=None,
-                    output_captured=False,
-                    start=request.time,
-                    end=request.time,
-                    span_id=request.model.span.span_id,
-                    seq=10_000 + request.seq,
-                )
-            )
-            claimable.add(calls[-1])
-
-    wanted = {c.call_id for c in calls if not c.output_captured and c.call_id is not None}
-    wanted.difference_update(replies)
-    for group in reversed(groups):
-        if not wanted:
-            break
-        for msg in group.part(INPUT, logs) or ():
-            _collect_replies(msg, replies)
-            for reply in msg.tool_results:  # not `wanted -= replies.keys()`: a copy
-                if reply.call_id in replies:
-                    wanted.discard(reply.call_id)
-    if wanted and build.node is not None:
-        for msg in build.node.part(INPUT, logs) or ():
-            _collect_replies(msg, replies)
-    for call in calls:
-        if call.output_captured or call.call_id is None:
-            continue
-        answered = replies.get(call.call_id)
-        if answered is not None:
-            call.output = answered.content
-            call.output_captured = True
-            if answered.is_error and call.node is None:
-                call.is_error = True
-
-
-def _fill_nearby(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> bool:
-    """The common case, cheaply: a tool span lacking its id, arguments or result finds
-    them in the model call just before it (the request) and just after it (the result).
-
-    True when every call that lacked something got it; otherwise the caller falls back
-    to reading every model call.
-    """
-    starts = [g.start for g in groups]
-    used: set[str] = set()
-    for call in calls:
-        if call.output_captured and call.args_captured:
-            continue
-        before = bisect.bisect_right(starts, call.start) - 1
-        if call.call_id is None or not call.args_captured:
-            if before < 0:
-                return False
-            req = _pick_request(groups[before].part(OUTPUT, logs), call, used)
-            if req is None:
-                return False
-            _take_request(call, req)
-            if req.call_id is not None:
-                used.add(req.call_id)
-        if not call.output_captured:
-            after = before + 1
-            if after >= len(groups) or call.call_id is None:
-                return False
-            found = None
-            for msg in groups[after].part(INPUT, logs) or ():
-                for reply in msg.tool_results:
-                    if reply.call_id == call.call_id and captured(reply.content):
-                        found = reply
-            if found is None:
-                return False
-            call.output, call.output_captured = found.content, True
-    return True
-
-
 def dedupe(calls: list[Call]) -> list[Call]:
     """One call seen by two spans (framework + MCP client, two instrumentations) counts once.
 
@@ -276,6 +93,117 @@ def dedupe(calls: list[Call]) -> list[Call]:
             continue
         _merge(twin, call)
     return kept
+
+
+def fold_requests(calls: list[Call]) -> list[Call]:
+    """A tool span inside a model span is the model's request for the call, recorded as a
+    span of its own; the execution span of the same call (same id, else the next one of the
+    same name that is not itself a request) is the call, and takes the request's id and
+    arguments. A request no execution span answers stays a call: the model asked for it
+    (issue 25, class 1). `calls` are in start order (`dedupe`)."""
+    requests = [c for c in calls if c.node is not None and _in_model(c.node)]
+    if not requests:
+        return calls
+    asked = {id(c) for c in requests}
+    executions = [c for c in calls if id(c) not in asked]
+    taken: set[int] = set()
+    folded: set[int] = set()
+    for req in requests:
+        twin = None
+        if req.call_id is not None:
+            twin = next((c for c in executions if c.call_id == req.call_id), None)
+        if twin is None:
+            twin = next(
+                (
+                    c
+                    for c in executions
+                    if id(c) not in taken
+                    and c.call_id is None
+                    and c.name == req.name
+                    and c.start >= req.start
+                ),
+                None,
+            )
+        if twin is None:
+            continue
+        taken.add(id(twin))
+        folded.add(id(req))
+        if twin.call_id is None:
+            twin.call_id = req.call_id
+        if not twin.args_captured and req.args_captured:
+            twin.arguments, twin.args_captured = req.arguments, True
+    return [c for c in calls if id(c) not in folded]
+
+
+_OPEN, _RESULT, _FAILED, _CLOSE = "open", "result", "failed", "close"
+_PHASES = {
+    "start": _OPEN,
+    "started": _OPEN,
+    "begin": _OPEN,
+    "success": _RESULT,
+    "succeeded": _RESULT,
+    "end": _RESULT,
+    "ended": _RESULT,
+    "result": _RESULT,
+    "complete": _RESULT,
+    "completed": _RESULT,
+    "error": _FAILED,
+    "failed": _FAILED,
+    "failure": _FAILED,
+    "exception": _FAILED,
+    "finish": _CLOSE,
+    "finished": _CLOSE,
+    "close": _CLOSE,
+}
+_PHASE_SUFFIXES = (".event", "_event", ".phase", ".stage", ".lifecycle", "event.name")
+
+
+def _phase(call: Call) -> str | None:
+    """The lifecycle event a tool span records (`tool.event = start`), if it is one."""
+    if call.node is None:
+        return None
+    for key, value in call.node.span.attributes.items():
+        if isinstance(value, str) and len(value) < 16 and key.lower().endswith(_PHASE_SUFFIXES):
+            phase = _PHASES.get(value.strip().lower())
+            if phase is not None:
+                return phase
+    return None
+
+
+def fold_lifecycle(calls: list[Call]) -> list[Call]:
+    """A call recorded as one span per lifecycle event (start, success or error, finish) is
+    one call: the events after a start, up to its finish, fold into it, and an error event
+    makes it an error (issue 25, class 1). `calls` are in start order (`dedupe`)."""
+    opened: dict[Any, Call] = {}
+    kept: list[Call] = []
+    for call in calls:
+        phase = _phase(call)
+        current = opened.get(call.name) if phase is not None else None
+        if phase is None or phase == _OPEN or current is None:
+            kept.append(call)
+            if phase is not None and phase != _CLOSE:
+                opened[call.name] = call
+            continue
+        _merge(current, call)
+        current.end = max(current.end, call.end)
+        if phase == _FAILED or call.is_error:
+            current.is_error = True
+            current.error_text = current.error_text or call.error_text
+        if phase == _CLOSE:
+            del opened[call.name]
+    return kept
+
+
+def _in_model(node: Node) -> bool:
+    """Whether a span sits inside a model span of its run (no agent or tool span between)."""
+    parent = node.parent
+    for _ in range(4):
+        if parent is None or parent.role in (Role.AGENT, Role.TOOL, Role.HANDOFF):
+            return False
+        if parent.role is Role.MODEL:
+            return True
+        parent = parent.parent
+    return False
 
 
 _TWIN_WINDOW = 64
@@ -339,105 +267,18 @@ def model_calls(models: list[Node]) -> list[ModelCall]:
     return groups
 
 
-@dataclass(slots=True)
-class _Request:
-    """A tool call a model asked for: when (its model call's end), and which model call."""
-
-    req: ToolRequest
-    time: int
-    seq: int
-    model: Node
-
-
-def _take_request(call: Call, req: ToolRequest) -> None:
-    """A tool span is the execution of this request: it gets the id and what it lacks."""
-    call.claimed = True
-    if call.call_id is None:
-        call.call_id = req.call_id
-    if call.handoff_target is not None or call.name is None:
-        call.name = req.name
-    if not call.args_captured:
-        call.arguments = req.arguments
-        call.args_captured = True
-
-
-def _pick_request(outputs: list[Message] | None, call: Call, used: set[str]) -> ToolRequest | None:
-    """The request in one model call's output that a tool span executed."""
-    for msg in outputs or ():
-        for req in msg.tool_calls:
-            if req.call_id is not None and req.call_id in used:
-                continue
-            if call.call_id is not None:
-                if req.call_id == call.call_id:
-                    return req
-            elif req.name == call.name or (
-                call.handoff_target is not None
-                and _looks_like_handoff(req.name, call.handoff_target)
-            ):
-                return req
-    return None
-
-
-def _collect_replies(msg: Message, replies: dict[str, ToolReply]) -> None:
-    for reply in msg.tool_results:
-        if reply.call_id is not None and captured(reply.content):
-            replies.setdefault(reply.call_id, reply)
-
-
-def _unclaimed(call: Call) -> bool:
-    return not call.claimed and call.call_id is None
-
-
-def _claim_by_name(
-    claimable: guard.Claimable, handoffs: list[Call], req: ToolRequest, time: int
-) -> Call | None:
-    """An id-less tool span for a request: same name, unclaimed, started after the model did.
-
-    Handoff spans carry the target agent instead of the tool name the model used, so an
-    unclaimed handoff span after the request takes a request that looks like a transfer.
-    """
-    found: Call | None = claimable.first(req.name, time - _SKEW_NS)
-    if found is not None:
-        return found
-    for call in handoffs:
-        if call.claimed or call.handoff_target is None or call.call_id is not None:
-            continue
-        if call.start >= time - _SKEW_NS and _looks_like_handoff(req.name, call.handoff_target):
-            return call
-    return None
-
-
-_SKEW_NS = 50_000_000
-"""Clock skew tolerated between a model span's end and the tool span it asked for."""
-
-
-def _looks_like_handoff(tool: str, target: str) -> bool:
-    tool_key = _slug(tool)
-    return tool_key.startswith("transfer_to") or _slug(target) in tool_key
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"\W+", "_", text.strip().lower()).strip("_")
-
-
-def _started(req: ToolRequest, direct: list[RunBuild]) -> RunBuild | None:
-    """The nested run (started without a tool span) that a request names, if any."""
-    key = _slug(req.name)
-    for nested in direct:
-        if nested.run is not None and nested.run.agent and _slug(nested.run.agent) in key:
-            return nested
-    return None
-
-
 def _status_text(span: Span) -> str | None:
     return span.status_message or event_exception_text(span)
 
 
 def error_fields(call: Call) -> None:
-    """ERROR status sets is_error; other statuses leave it to the output text (docs/rules.md,
-    point 2)."""
+    """ERROR status sets is_error, and so does `error.type` on a span whose status does not
+    show it (an instrumentation that set OK first: the SDK keeps the first final status);
+    other statuses leave it to the output text (docs/rules.md, point 2)."""
     node = call.node
-    if node is not None and node.span.status_code == STATUS_ERROR:
+    if node is not None and (
+        node.span.status_code == STATUS_ERROR or node.span.attributes.get("error.type")
+    ):
         call.is_error = True
     if call.is_error:
         text = output_text(call.output).strip() if call.output_captured else ""

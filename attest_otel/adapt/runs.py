@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from attest_otel.adapt import guard
+from attest_otel.adapt import gaps, guard
 from attest_otel.adapt.base import (
     ANSWER,
     SYSTEM,
@@ -45,12 +45,14 @@ from attest_otel.adapt.matching import (
     answer_text,
     dedupe,
     error_fields,
-    from_models,
+    fold_lifecycle,
+    fold_requests,
     model_calls,
     to_tool_call,
 )
 from attest_otel.adapt.span_policy import from_span
 from attest_otel.adapt.tree import CALLS, Node, RunBuild, depths, run_builds, up
+from attest_otel.adapt.witness import from_models
 from attest_otel.model import LogRecord, Run, Span, Step
 
 __all__ = ["TraceRuns", "runs_from_spans"]
@@ -143,7 +145,7 @@ _RUN_MAKERS = (Role.AGENT, Role.TOOL, Role.HANDOFF)
 if tuple(f.name for f in fields(Step))[:1] != ("tool_call",):  # pragma: no cover - a guard
     raise ImportError("Step's first field is no longer tool_call: `_assemble` builds it so")
 
-ANSWER_TOOLS = frozenset(("final_answer",))
+ANSWER_TOOLS = gaps.ANSWER_TOOLS
 """Tools a framework gives the model to deliver its answer (smolagents' `final_answer`): the
 call is the answer, not a use of a tool, and no policy may call it disallowed."""
 
@@ -291,6 +293,7 @@ class _Trace:
         guard.report(self.trace_id, anomalies)
         self.nodes = nodes
         builds = run_builds(nodes, roots)
+        self.survey = gaps.survey(nodes.values(), builds, self.settings.hydrate)
         depth = depths(builds)
         for build in sorted(builds, key=lambda b: depth[id(b)], reverse=True):
             build.run = self._assemble(build)
@@ -342,7 +345,7 @@ class _Trace:
                 models.append(node)
             else:
                 calls.append(self._span_call(node, seq))
-        calls = dedupe(calls)
+        calls = fold_lifecycle(fold_requests(dedupe(calls)))
         groups = model_calls(models)
 
         invoked = self._invocations(build)
@@ -354,9 +357,9 @@ class _Trace:
                 call.output_captured = True
         invoked_ids = {id(n) for n in invoked.values()}
         direct = [n for n in build.nested if id(n) not in invoked_ids]
-        missing = any(not c.output_captured or not c.args_captured for c in calls)
-        if groups and (not calls or missing or direct):
+        if groups:
             from_models(self.logs, build, calls, groups, direct)
+        read = list(calls)  # handoffs and answer tools too: they account for their requests
         # A handoff passes control on; it is not a tool call (it only claimed its request).
         calls = [c for c in calls if c.node is None or c.node.role is not Role.HANDOFF]
         answer_call = _answer_tool(calls)
@@ -370,12 +373,13 @@ class _Trace:
             run.agent = anchor.dialect.agent_name(anchor.span) or _wrapper_name(anchor)
         if build.node is None or _implicit(build.node):
             run.agent = self._state_name(build.root) or run.agent
-        self._describe(run, anchor, groups)
+        self._describe(run, anchor, groups, build.last)
         if answer_call is not None and run.final_answer is None:
             run.final_answer = answer_text(answer_call)
         run.steps = [Step(to_tool_call(c)) for c in calls]  # by position: see the guard above
         run.content_captured = _any_content(run)
         self._apply_policy(run, anchor)
+        run.gaps = gaps.find(build, read, groups, self.logs, self.survey)
         return run
 
     def _span_call(self, node: Node, seq: int) -> Call:
@@ -420,15 +424,18 @@ class _Trace:
                 out[id(tool)] = nested
         return out
 
-    def _describe(self, run: Run, anchor: Node | None, groups: list[ModelCall]) -> None:
-        """Task, answer, system prompt and offered tools: the run span's, else its models'."""
+    def _describe(
+        self, run: Run, anchor: Node | None, groups: list[ModelCall], last: Node | None = None
+    ) -> None:
+        """Task, answer, system prompt and offered tools: the run span's, else its models'.
+        A run of turns (`tree._conversations`) answers in its last turn."""
         logs = self.logs
         task = answer = system = None
         tools: list[dict[str, Any]] = []
         if anchor is not None:
             describe = frozenset((TASK, ANSWER, SYSTEM, TOOLS))
             task = anchor.part(TASK, logs, describe)
-            answer = anchor.part(ANSWER, logs, describe)
+            answer = (last or anchor).part(ANSWER, logs, describe)
             system = anchor.part(SYSTEM, logs, describe)
             tools = list(anchor.part(TOOLS, logs, describe) or ())
         if groups:

@@ -90,6 +90,9 @@ class RunBuild:
     nested: list[RunBuild] = field(default_factory=list)
     parent: RunBuild | None = None
     run: Run | None = None
+    last: Node | None = None
+    """The agent's last turn, when its turns alternate with another participant's
+    (`_conversations`): where its final answer is."""
 
 
 def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
@@ -106,11 +109,23 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
     agent_at = Nearest(is_agent)
     has_work: set[int] = set()
     has_agent_below: set[int] = set()
+    has_model: set[int] = set()
     for node in nodes.values():
         if node.role in WORK or node.role is Role.AGENT:
             owner = agent_at(node.parent)
             if owner is not None:
                 (has_work if node.role in WORK else has_agent_below).add(id(owner))
+                if node.role is Role.MODEL:
+                    has_model.add(id(owner))
+    later = _conversations(agents, has_model)
+    turns = {id(turn): canon for turn, canon in later}
+    if turns:
+        for turn, canon in later:
+            if id(turn) in has_work:
+                has_work.add(id(canon))
+            if id(turn) in has_agent_below:
+                has_agent_below.add(id(canon))
+        agents = [a for a in agents if id(a) not in turns]
     # An empty agent span named like an agent that works elsewhere in the trace marks the
     # moment of a handoff (OpenLIT), not a run of its own.
     working = {_name(a) for a in agents if id(a) in has_work} - {None}
@@ -119,7 +134,13 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
         for a in agents
         if id(a) in has_work or (id(a) not in has_agent_below and _name(a) not in working)
     }
-    run_at = Nearest(set(runs)) if len(runs) != len(agents) else agent_at
+    for turn, canon in later:
+        build = runs.get(id(canon))
+        if build is not None:
+            runs[id(turn)] = build
+            if _name(turn) == _name(canon):
+                build.last = turn
+    run_at = Nearest(set(runs)) if len(runs) != len(agents) or turns else agent_at
     leftover: list[Node] = []
     for node in nodes.values():
         if node.role in WORK:
@@ -128,12 +149,12 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
                 runs[id(owner)].members.append(node)
             else:
                 leftover.append(node)
-        elif node.role is Role.AGENT and id(node) in runs:
+        elif node.role is Role.AGENT and id(node) in runs and id(node) not in turns:
             owner = run_at(node.parent)
             if owner is not None:
                 runs[id(node)].parent = runs[id(owner)]
                 runs[id(owner)].nested.append(runs[id(node)])
-    builds = list(runs.values())
+    builds = list({id(b): b for b in runs.values()}.values())
     if leftover and (not builds or any(n.role in CALLS for n in leftover)):
         root = min(roots, key=lambda n: n.key)
         top = RunBuild(None, root, members=leftover)
@@ -173,6 +194,41 @@ def _turns_merged(agents: list[Node]) -> list[Node]:
         else:
             kept.append(node)
     return kept
+
+
+def _conversations(agents: list[Node], has_model: set[int]) -> list[tuple[Node, Node]]:
+    """A chat of participants taking turns, each turn an agent span under one parent: the
+    assistant's turns (with model calls) and a user proxy's turns (no model calls; it runs
+    the tools the assistant asked for) are one run, the assistant's, not two agents that
+    each see every call (issue 25, class 1). Returns (later turn, the run's first turn):
+    a proxy's turn belongs to the assistant turn before it (else the first one after)."""
+    siblings: dict[int, list[Node]] = {}
+    for agent in agents:
+        siblings.setdefault(id(agent.parent), []).append(agent)
+    out: list[tuple[Node, Node]] = []
+    for turns in siblings.values():
+        if len(turns) < 3:
+            continue
+        turns.sort(key=lambda n: n.key)
+        names = [_name(t) for t in turns]
+        talkers = {n for t, n in zip(turns, names, strict=True) if id(t) in has_model}
+        if not talkers or len(talkers) == len(set(names)) or len(set(names)) == len(names):
+            continue  # no proxy, or nobody speaks twice: separate agents, not a chat
+        first: dict[str | None, Node] = {}
+        current: Node | None = None
+        waiting: list[Node] = []
+        for turn, name in zip(turns, names, strict=True):
+            if name in talkers:
+                current = first.setdefault(name, turn)
+                if current is not turn:
+                    out.append((turn, current))
+                out.extend((w, current) for w in waiting)
+                waiting = []
+            elif current is not None:
+                out.append((turn, current))
+            else:
+                waiting.append(turn)
+    return out
 
 
 def _implicit_agents(nodes: dict[str, Node]) -> list[Node]:

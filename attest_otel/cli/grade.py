@@ -16,6 +16,7 @@ from attest_otel.cli.common import (
     exit_for,
     json_option,
     model_options,
+    status,
     strict_option,
 )
 from attest_otel.cli.sources import trace_source_options
@@ -171,15 +172,28 @@ def grade(
         judge = grader.judge_for_tool_use(asked=True, model=model)
     else:
         judge = llm.judge_from_env(model)
-    reading = Reading(loaded, allowed_tools, fallbacks or None)
+    given = (
+        ("--policy", policy is not None),
+        ("--dialects", bool(dialect_files)),
+        ("--check-answer", check_answer),
+        ("--appropriate", appropriate),
+    )
+    reading = Reading(
+        loaded,
+        allowed_tools,
+        fallbacks or None,
+        regrade=tuple(flag for flag, on in given if on),
+    )
     graded: list[GradedTrace]
     if file is not None:
-        decoded = decode_file(file)
+        with status(f"reading {file}"):
+            decoded = decode_file(file)
         if not decoded.spans:
             raise InputError(str(file), "no spans to grade")
-        graded = grade_traces(
-            decoded.spans, decoded.logs, reading, judge=judge, appropriate=appropriate
-        )
+        with status(f"grading {len(decoded.spans)} spans"):
+            graded = grade_traces(
+                decoded.spans, decoded.logs, reading, judge=judge, appropriate=appropriate
+            )
         _unused_policy_agents(loaded, [g.trace for g in graded], warn)
         warn.check()
     else:
@@ -200,6 +214,7 @@ def grade(
             http=http,
             reading=reading,
             judge=judge,
+            appropriate=appropriate,
         )
         if not graded:
             from attest_otel.store import redact

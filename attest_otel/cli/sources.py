@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from attest_otel.cli.common import status
 from attest_otel.errors import UsageError
 
 if TYPE_CHECKING:
@@ -225,7 +226,8 @@ def load_trace(
     )
     opened = open_source(source, options)
     try:
-        return opened.fetch(trace_id)
+        with status(f"reading trace {trace_id}"):
+            return opened.fetch(trace_id)
     finally:
         opened.close()
 
@@ -236,12 +238,13 @@ def grade_trace(
     *,
     reading: Reading | None = None,
     judge: Judge | None = None,
+    appropriate: bool = False,
 ) -> list[GradedTrace]:
     """Every run of one trace with its grade, as `grade --file` grades a file's traces.
 
     From the store, a run the sidecar already graded keeps that grade (it may have had a
-    model check the CLI would not repeat) unless the reading overrides the policy; every
-    other run is graded now.
+    model check the CLI would not repeat) unless something that changes a grade differs
+    (`pipeline.regrade_reason`); every other run is graded now.
     """
     from attest_otel.pipeline import grade_traces
     from attest_otel.sources.store_source import StoreSource
@@ -251,7 +254,9 @@ def grade_trace(
         decoded, stored = source.fetch_with_grades(trace_id)
     else:
         decoded = source.fetch(trace_id)
-    return grade_traces(decoded.spans, decoded.logs, reading, judge=judge, stored=stored)
+    return grade_traces(
+        decoded.spans, decoded.logs, reading, judge=judge, appropriate=appropriate, stored=stored
+    )
 
 
 def traces_since(source: Source, since_s: float, *, now_ns: int | None = None) -> list[str]:
@@ -295,6 +300,7 @@ def grade_from_source(
     since_s: float | None = None,
     reading: Reading | None = None,
     judge: Judge | None = None,
+    appropriate: bool = False,
     show_progress: bool | None = None,
 ) -> list[GradedTrace]:
     """`grade --trace-id ID` or `grade --since D`, from any source: the graded traces, for
@@ -306,12 +312,13 @@ def grade_from_source(
     opened = open_source(source, http)
 
     def one(tid: str) -> list[GradedTrace]:
-        return grade_trace(tid, opened, reading=reading, judge=judge)
+        return grade_trace(tid, opened, reading=reading, judge=judge, appropriate=appropriate)
 
     graded: list[GradedTrace] = []
     try:
         if trace_id is not None:
-            graded = one(trace_id)
+            with status(f"reading and grading trace {trace_id}", enabled=show_progress):
+                graded = one(trace_id)
         elif since_s is not None:
             ids = traces_since(opened, since_s)
             for tid in progress(ids, f"grading {len(ids)} traces", enabled=show_progress):

@@ -129,13 +129,19 @@ def call_event_attributes(
 
 
 def run_attributes(result: CheckResult) -> Attributes:
-    """The `attest.tool_use.*` attributes of a run, for the agent span and its event."""
-    return {
+    """The `attest.tool_use.*` attributes of a run, for the agent span and its event; a run
+    not read whole says why (`attest.tool_use.gaps`), so its `review` is told apart from a
+    check that could not be made."""
+    out: Attributes = {
         semconv.ATTEST_TOOL_USE_SCORE: float(result.score),
         semconv.ATTEST_TOOL_USE_VERDICT: result.verdict,
         semconv.ATTEST_TOOL_USE_CALLS: len(result.findings),
         semconv.ATTEST_TOOL_USE_FAILED_CALLS: failed_calls(result),
     }
+    gaps = result.metadata.get("gaps")
+    if isinstance(gaps, list) and gaps:
+        out[semconv.ATTEST_TOOL_USE_GAPS] = " ".join(str(g) for g in gaps)
+    return out
 
 
 def run_event_attributes(

@@ -287,20 +287,38 @@ def finding_for(
     )
 
 
-def summarize(findings: Sequence[Finding], correct: int | None = None) -> str:
-    """The call sequence and every problem with its step, in one paragraph. `correct` is
-    how many findings are `correct`, when the caller has counted them."""
+def summarize(
+    findings: Sequence[Finding], correct: int | None = None, gaps: Sequence[str] = ()
+) -> str:
+    """The call sequence and every problem with its step, in one paragraph, then what kept
+    the run from being read whole. `correct` is how many findings are `correct`, when the
+    caller has counted them."""
+    unread = f" Not read whole: {' '.join(gaps)}" if gaps else ""
     if not findings:
-        return "No tool calls. No problems."
+        return f"No tool calls read. {NOT_READ}{unread}" if gaps else "No tool calls. No problems."
     if correct is None:
         correct = sum(f.verdict == "correct" for f in findings)
     sequence = " -> ".join([f.subject for f in findings])
     problems = [f"step {f.step} {f.subject}: {f.verdict}" for f in findings if f.severity != "pass"]
     tail = "Problems: " + "; ".join(problems) + "." if problems else "No problems."
-    return f"{correct}/{len(findings)} tool calls correct. Sequence: {sequence}. {tail}"
+    return f"{correct}/{len(findings)} tool calls correct. Sequence: {sequence}. {tail}{unread}"
 
 
-def result_for(findings: list[Finding], *, model: str | None, model_calls: int) -> CheckResult:
+NOT_READ = "The run could not be read whole, so its grade is review, not pass."
+"""Said of a run with gaps and no calls: "No problems" would be the blind pass itself."""
+
+
+def result_for(
+    findings: list[Finding],
+    *,
+    model: str | None,
+    model_calls: int,
+    gaps: Sequence[str] = (),
+) -> CheckResult:
+    """The run's result. A run with `gaps` (`Run.gaps`: what kept it from being read whole)
+    is `review` unless a call failed, and says why in its summary and in `metadata["gaps"]`
+    (docs/rules.md, point 13); `passed` stays what the findings say, as for
+    every `review`."""
     # One pass for the three counts (three `any`/`sum` generators cost more than the rest).
     failed = warned = False
     correct = 0
@@ -312,16 +330,19 @@ def result_for(findings: list[Finding], *, model: str | None, model_calls: int) 
             warned = True
         if f.verdict == "correct":
             correct += 1
-    verdict: Verdict = "fail" if failed else "review" if warned else "pass"
+    verdict: Verdict = "fail" if failed else "review" if warned or gaps else "pass"
     score = correct / len(findings) if findings else 1.0
+    metadata: dict[str, object] = {"model": model, "model_calls": model_calls}
+    if gaps:
+        metadata["gaps"] = list(gaps)
     return CheckResult(
         check=CHECK_NAME,
         passed=not failed,
         verdict=verdict,
         score=score,
-        summary=summarize(findings, correct),
+        summary=summarize(findings, correct, gaps),
         findings=findings,
-        metadata={"model": model, "model_calls": model_calls},
+        metadata=metadata,
     )
 
 
@@ -338,4 +359,4 @@ def decide(
     findings = [
         finding_for(run, fact, answers.get(fact.step), choices.get(fact.step)) for fact in facts
     ]
-    return result_for(findings, model=model, model_calls=model_calls)
+    return result_for(findings, model=model, model_calls=model_calls, gaps=run.gaps)

@@ -23,10 +23,12 @@ from attest_otel.report.stats import (
     Bucket,
     Rate,
     Report,
+    ReviewRun,
     WorstRun,
     coarsen,
     iso_time,
     percent,
+    review_headline,
 )
 
 __all__ = ["CSP", "render_html"]
@@ -223,7 +225,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Seque
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _trace_link(w: WorstRun, trace_url: str | None) -> str:
+def _trace_link(w: WorstRun | ReviewRun, trace_url: str | None) -> str:
     text = escape(w.trace_id)
     if not trace_url:
         return f"<code>{text}</code>"
@@ -255,6 +257,23 @@ def render_html(report: Report, *, trace_url: str | None = None) -> str:
         f'<p id="overall">Runs passed: <b>{o.passed}/{o.total} = {percent(o.rate)}</b> '
         f"(95% CI {percent(o.low)} - {percent(o.high)})</p>"
     )
+    if report.review:
+        parts += [
+            '<h2 id="review">Runs to review</h2>',
+            f"<p>{escape(review_headline(report))}.</p>",
+            _table(
+                ["agent", "trace", "why"],
+                [
+                    [
+                        escape(r.agent or NO_AGENT),
+                        _trace_link(r, trace_url),
+                        f'<span class="summary">{escape(" ".join(r.reasons))}</span>',
+                    ]
+                    for r in report.reviews
+                ],
+                [False, False, False],
+            ),
+        ]
     if report.by_hour:
         parts += [
             "<h2>Pass rate over time</h2>",

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from statistics import NormalDist
 from typing import Any
 
-from attest_otel.store.base import WorstRow
+from attest_otel.store.base import ReviewRow, WorstRow, review_reasons
 
 __all__ = [
     "NO_AGENT",
@@ -32,6 +32,7 @@ __all__ = [
     "Problem",
     "Rate",
     "Report",
+    "ReviewRun",
     "WorstRun",
     "build_report",
     "errors_by_recovery",
@@ -40,6 +41,8 @@ __all__ = [
     "pass_rates_by_tool",
     "percent",
     "report_from_counts",
+    "review_headline",
+    "review_runs",
     "top_problems",
     "verdicts_by_tool",
     "wilson_interval",
@@ -207,6 +210,31 @@ def worst_runs(records: Iterable[GradeRecord], limit: int = 10) -> list[WorstRun
     return out[:limit]
 
 
+ReviewRun = ReviewRow
+"""A run graded `review`, as the report lists it apart, whichever counted it."""
+
+
+def review_runs(
+    records: Iterable[GradeRecord], limit: int = 10
+) -> tuple[int, int, list[ReviewRun]]:
+    """(runs graded `review`, of those the runs not read whole, the latest `limit` of them).
+
+    `review` counts as passed, so the pass rate alone would show these runs as green: the
+    report counts and lists them apart, with why (docs/rules.md, point 13)."""
+    found = []
+    for record in records:
+        if record.result.get("verdict") != "review":
+            continue
+        unread, reasons = review_reasons(record.result)
+        found.append(
+            ReviewRun(
+                record.trace_id, record.span_id, record.agent, record.graded_ns, unread, reasons
+            )
+        )
+    found.sort(key=lambda r: (-r.graded_ns, r.trace_id, r.span_id))
+    return len(found), sum(r.unread for r in found), found[:limit]
+
+
 HOUR_NS = 3600 * 10**9
 
 
@@ -261,6 +289,12 @@ class Report:
     by_hour: list[Bucket] = field(default_factory=list)
     """Runs passed per hour of the window, hours with no run left out."""
     """Calls that errored, by how the agent handled them (`attest.recovery`)."""
+    review: int = 0
+    """Runs graded `review` (counted in `overall.passed` too, as for exit codes)."""
+    unread: int = 0
+    """Of those, runs that could not be read whole."""
+    reviews: list[ReviewRun] = field(default_factory=list)
+    """The latest `review` runs, newest first, with why."""
 
     def to_dict(self) -> dict[str, Any]:
         def rate(r: Rate) -> dict[str, Any]:
@@ -283,6 +317,21 @@ class Report:
             "worst_runs": [{**asdict(w), "graded_at": iso_time(w.graded_ns)} for w in self.worst],
             "verdicts_by_tool": self.verdicts_by_tool,
             "errors_by_recovery": self.errors_by_recovery,
+            "review": {
+                "runs": self.review,
+                "not_read_whole": self.unread,
+                "latest": [
+                    {
+                        "trace_id": r.trace_id,
+                        "span_id": r.span_id,
+                        "agent": r.agent,
+                        "graded_at": iso_time(r.graded_ns),
+                        "not_read_whole": r.unread,
+                        "reasons": list(r.reasons),
+                    }
+                    for r in self.reviews
+                ],
+            },
             "by_hour": [
                 {"start": iso_time(b.start_ns), "passed": b.passed, "runs": b.total}
                 for b in self.by_hour
@@ -335,6 +384,7 @@ def build_report(
         if (since_ns is None or r.graded_ns >= since_ns) and r.graded_ns <= until_ns
     ]
     passed = sum(r.passed for r in kept)
+    review, unread, reviews = review_runs(kept, limit)
     return Report(
         since_ns=since_ns,
         until_ns=until_ns,
@@ -345,6 +395,9 @@ def build_report(
         worst=worst_runs(kept, limit),
         verdicts_by_tool=verdicts_by_tool(kept),
         errors_by_recovery=errors_by_recovery(kept),
+        review=review,
+        unread=unread,
+        reviews=reviews,
         by_hour=pass_rate_by_hour(kept),
     )
 
@@ -407,6 +460,9 @@ def report_from_counts(
         worst=list(counts.worst[:limit]),
         verdicts_by_tool={tool: verdicts[tool] for tool in order},
         errors_by_recovery=dict(sorted(counts.recoveries, key=lambda kv: (-kv[1], kv[0]))),
+        review=counts.review,
+        unread=counts.unread,
+        reviews=list(counts.reviews[:limit]),
         by_hour=[Bucket(h * HOUR_NS, p, n) for h, p, n in sorted(counts.hours)],
     )
 
@@ -421,3 +477,16 @@ def iso_time(ns: int) -> str:
 
 def percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def review_headline(report: Report) -> str:
+    """The `review` runs in one sentence: they count as passed, so they must be said apart."""
+    n, unread = report.review, report.unread
+    runs = f"{n} run{'s' if n != 1 else ''}"
+    if unread == n:
+        what = f"{runs} could not be read whole"
+    elif unread:
+        what = f"{runs} to review ({unread} could not be read whole)"
+    else:
+        what = f"{runs} to review (a check could not be made)"
+    return f"{what}: counted as passed above, graded review, not pass"

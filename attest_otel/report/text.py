@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from attest_otel.model import shown_score
-from attest_otel.report.stats import NO_AGENT, Rate, Report, iso_time, percent
+from attest_otel.report.stats import NO_AGENT, Rate, Report, iso_time, percent, review_headline
 
 __all__ = ["render_text", "table"]
 
@@ -41,6 +41,29 @@ def _rate_rows(rates: Sequence[Rate], width: int) -> list[list[str]]:
     ]
 
 
+def review_lines(report: Report, width: int, limit: int) -> list[str]:
+    if not report.review:
+        return []
+    lines = ["", review_headline(report)]
+    if report.reviews:
+        reason_w = max(20, width - 32 - 20 - 2 * 2)
+        lines.append(
+            table(
+                ["trace id", "agent", "why"],
+                [
+                    [
+                        r.trace_id,
+                        _clip(r.agent or NO_AGENT, 20),
+                        _clip(" ".join(r.reasons), reason_w),
+                    ]
+                    for r in report.reviews[:limit]
+                ],
+                [False, False, False],
+            )
+        )
+    return lines
+
+
 def render_text(report: Report, *, width: int = 100, limit: int = 10) -> str:
     """The short plain-text report for a terminal."""
     o = report.overall
@@ -52,6 +75,7 @@ def render_text(report: Report, *, width: int = 100, limit: int = 10) -> str:
         lines.append("No graded runs in this window.")
         return "\n".join(lines)
     lines.append(f"Runs passed: {o.passed}/{o.total} = {percent(o.rate)} (95% CI {_interval(o)})")
+    lines += review_lines(report, width, limit)
     name_w = max(16, width // 3)
     lines += [
         "",

@@ -21,6 +21,7 @@ from attest_otel.errors import InputError
 from attest_otel.ingest.decode import decode_bytes
 from attest_otel.model import run_from_dict, run_to_dict
 from attest_otel.pipeline import Reading, grade_traces
+from attest_otel.store.blob import split as split_stored
 from attest_otel.store.scrub import scrub_result
 
 
@@ -72,9 +73,12 @@ class GraderApi:
                     )
                 )
             return response
-        decoded = decode_bytes(
-            stored.data, "application/x-protobuf", source=f"store trace {trace_id}"
-        )
+        spans, logs = split_stored(stored.data)
+        decoded = decode_bytes(spans, "application/x-protobuf", source=f"store trace {trace_id}")
+        if logs:
+            decoded.logs += decode_bytes(
+                logs, "application/x-protobuf", source=f"store trace {trace_id} logs"
+            ).logs
         policy = self.service.policy
         graded = grade_traces(
             decoded.spans,

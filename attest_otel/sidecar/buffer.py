@@ -50,7 +50,12 @@ its trace was graded is recognised as late: its spans are held as a *late* trace
 (the earlier spans come from the store), instead of opening a new trace and grading a
 fragment (groupbytrace's behaviour) or forwarding them ungraded.
 
-Spans are held as their OTLP bytes (see `wire`), about 1.05x their size on the wire.
+Spans are held as their OTLP bytes (see `wire`), about 1.05x their size on the wire, and a
+trace's log records likewise beside them (`route_logs`, pipeline.md a.): a record moves the
+trace's last arrival like a span does, so a run's grace counts from the last of its spans or
+records, and a GenAI-looking record of a trace not seen yet opens it (no agent span yet: it
+waits up to the idle timeout for the spans). A request refused for its size names its
+traces (`note_refused`): they carry that as a gap into grading.
 """
 
 from __future__ import annotations
@@ -64,20 +69,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
-
 from attest_otel.sidecar.config import BufferConfig
-from attest_otel.sidecar.wire import (
-    GENAI_KEY_BYTES,
-    ScopeGroup,
-    WireError,
-    encode_groups,
-    is_genai_name,
-    span_links,
-    split_request,
-)
+from attest_otel.sidecar.shape import SpanFacts, read_shape, service_name, waiting_fragments
+from attest_otel.sidecar.wire import ScopeGroup, encode_groups
 
-__all__ = ["HeldTrace", "Routed", "SpanFacts", "TraceBuffer", "read_shape", "waiting_fragments"]
+__all__ = [
+    "HeldTrace",
+    "Routed",
+    "RoutedLogs",
+    "SpanFacts",
+    "TraceBuffer",
+    "read_shape",
+    "waiting_fragments",
+]
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +122,30 @@ class HeldTrace:
     """`service.name` of the resource the trace's first spans came with (fair limits)."""
     probe: Any = None
     """What the probe parsed, when it covered all of `data` (handed on to the grader)."""
+    logs: bytearray = field(default_factory=bytearray)
+    """The trace's log records (a `LogsData` encoding): read with its spans, forwarded after."""
+    log_count: int = 0
+    log_wal: list[int] = field(default_factory=list)
+    """Durable-log records of the logs requests these log records came in."""
+    gaps: list[str] = field(default_factory=list)
+    """Why the trace was not received whole (a request of it refused): every run of it is
+    told (`Run.gaps`)."""
 
     @property
     def trace_id_hex(self) -> str:
         return self.trace_id.hex()
+
+
+@dataclass(slots=True)
+class RoutedLogs:
+    """Where the log records of one request went."""
+
+    passthrough: list[tuple[tuple[bytes, bytes], list[bytes]]]
+    passthrough_records: int
+    held_records: int
+    late_records: int
+    traces_touched: int
+    released: list[HeldTrace]
 
 
 @dataclass(slots=True)
@@ -137,17 +161,6 @@ class Routed:
     """Held traces that got spans from this request (each holds a record reference)."""
     released: list[HeldTrace]
     """Traces the limits pushed out early; the caller hands them to the grader."""
-
-
-@dataclass(slots=True)
-class SpanFacts:
-    """What the buffer reads of one held span on the wire: enough for the trace's shape."""
-
-    span_id: bytes
-    parent_id: bytes
-    genai: bool
-    record: bytes
-    """The span as cut from its request (what the probe byte-matches)."""
 
 
 Probe = Callable[[HeldTrace, bytes, bool, list[SpanFacts]], set[bytes]]
@@ -183,6 +196,8 @@ class TraceBuffer:
         self.released_by_reason: dict[str, int] = {}
         self._senders: dict[str, _Holding] = {}
         self._names: dict[bytes, str] = {}
+        self._refused: OrderedDict[bytes, list[str]] = OrderedDict()
+        """Gaps of traces not held yet (a request of theirs refused), for when they are."""
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -278,6 +293,73 @@ class TraceBuffer:
                 released = self._enforce_limits()
         return Routed(passthrough, passed, held_count, late, len(incoming), released)
 
+    def route_logs(
+        self,
+        groups: Iterable[tuple[ScopeGroup, list[bool]]],
+        record: int | None,
+    ) -> RoutedLogs:
+        """Holds the log records of held traces, and the GenAI-looking ones (the flag beside
+        each record) of traces not seen yet: their spans may still come, and the run is read
+        with both. Records of a recently graded trace go on at once (late), like the rest:
+        the grade was made without them, which the caller says in the log."""
+        passthrough: list[tuple[tuple[bytes, bytes], list[bytes]]] = []
+        incoming: dict[bytes, dict[tuple[bytes, bytes], list[bytes]]] = {}
+        counts: dict[bytes, int] = {}
+        late = passed = held = 0
+        released: list[HeldTrace] = []
+        with self._lock:
+            traces = self._traces
+            graded = self._graded
+            for group, genai in groups:
+                keep: list[bytes] = []
+                for (trace_id, _event, record_bytes), looks in zip(group.spans, genai, strict=True):
+                    known = trace_id in traces
+                    if not known and trace_id in graded:
+                        late += 1
+                    opens = looks and len(trace_id) == 16 and any(trace_id)
+                    if known or (opens and trace_id not in graded):
+                        by_origin = incoming.setdefault(trace_id, {})
+                        by_origin.setdefault(group.context, []).append(record_bytes)
+                        counts[trace_id] = counts.get(trace_id, 0) + 1
+                        held += 1
+                    else:
+                        keep.append(record_bytes)
+                if keep:
+                    passed += len(keep)
+                    passthrough.append((group.context, keep))
+            if incoming:
+                now = self._clock()
+                for trace_id, by_origin in incoming.items():
+                    self._add(
+                        trace_id,
+                        b"",
+                        0,
+                        record,
+                        now,
+                        next(iter(by_origin))[0],
+                        logs=encode_groups(by_origin.items()),
+                        log_count=counts[trace_id],
+                    )
+                released = self._enforce_limits()
+        return RoutedLogs(passthrough, passed, held, late, len(incoming), released)
+
+    def note_refused(self, trace_ids: Iterable[bytes], reason: str) -> int:
+        """A request naming these traces was refused: each held trace (or the next one held
+        under that id) carries `reason` as a gap. Returns how many are held now."""
+        held = 0
+        with self._lock:
+            for trace_id in trace_ids:
+                trace = self._traces.get(trace_id)
+                gaps = trace.gaps if trace is not None else self._refused.get(trace_id)
+                if gaps is None:
+                    gaps = self._refused[trace_id] = []
+                    while len(self._refused) > 4096:
+                        self._refused.popitem(last=False)
+                held += trace is not None
+                if reason not in gaps:
+                    gaps.append(reason)
+        return held
+
     def _sender(self, resource: bytes) -> str:
         """`service.name` of a ResourceSpans' resource fields (remembered per encoding)."""
         name = self._names.get(resource)
@@ -296,6 +378,8 @@ class TraceBuffer:
         record: int | None,
         now: float,
         resource: bytes = b"",
+        logs: bytes = b"",
+        log_count: int = 0,
     ) -> None:
         trace = self._traces.get(trace_id)
         deadline = now + self.limits.grace_s
@@ -311,6 +395,7 @@ class TraceBuffer:
             )
             trace.late = trace_id in self._graded
             trace.sender = self._sender(resource)
+            trace.gaps = self._refused.pop(trace_id, [])
             self._traces[trace_id] = trace
             holding = self._senders.get(trace.sender)
             if holding is None:
@@ -318,21 +403,25 @@ class TraceBuffer:
             holding.traces[trace_id] = None
             self._push(deadline, trace_id)
         else:
-            trace.data += data
-            trace.spans += spans
+            if data:
+                trace.data += data
+                trace.spans += spans
+                trace.probe = None
             trace.last_s = now
             trace.deadline_s = deadline
-            trace.probe = None
             if deadline < trace.scheduled_s:
                 trace.scheduled_s = deadline
                 self._push(deadline, trace_id)
+        if logs:
+            trace.logs += logs
+            trace.log_count += log_count
         if record is not None:
-            trace.records.append(record)
+            (trace.log_wal if logs else trace.records).append(record)
         self.held_spans += spans
-        self.held_bytes += len(data)
+        self.held_bytes += len(data) + len(logs)
         holding = self._senders[trace.sender]
         holding.spans += spans
-        holding.bytes += len(data)
+        holding.bytes += len(data) + len(logs)
 
     def _push(self, when: float, trace_id: bytes) -> None:
         self._seq += 1
@@ -367,12 +456,12 @@ class TraceBuffer:
         """Removes a trace (lock held) and remembers its id for late spans."""
         del self._traces[trace.trace_id]
         self.held_spans -= trace.spans
-        self.held_bytes -= len(trace.data)
+        self.held_bytes -= len(trace.data) + len(trace.logs)
         holding = self._senders.get(trace.sender)
         if holding is not None:
             holding.traces.pop(trace.trace_id, None)
             holding.spans -= trace.spans
-            holding.bytes -= len(trace.data)
+            holding.bytes -= len(trace.data) + len(trace.logs)
             if not holding.traces:
                 del self._senders[trace.sender]
         trace.reason = reason
@@ -482,77 +571,3 @@ class _Holding:
     traces: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
     spans: int = 0
     bytes: int = 0
-
-
-def service_name(resource_fields: bytes) -> str:
-    """`service.name` of a ResourceSpans' resource (fields 1 and 3 as encoded), else ""."""
-    if not resource_fields:
-        return ""
-
-    try:
-        resource = ResourceSpans.FromString(resource_fields).resource
-    except Exception:
-        return ""
-    for kv in resource.attributes:
-        if kv.key == "service.name":
-            return str(kv.value.string_value)[:256]
-    return ""
-
-
-def read_shape(chunk: bytes) -> list[SpanFacts]:
-    """Each span of a request (a held trace's new bytes): its ids and whether it looks GenAI,
-    by the same byte tests the request path classifies traces with. No decoding."""
-    try:
-        groups = split_request(chunk)
-    except WireError:
-        return []
-    out: list[SpanFacts] = []
-    for group in groups:
-        scope = group.is_genai_scope()
-        for _trace_id, name, record in group.spans:
-            span_id, parent_id = span_links(record)
-            genai = scope or is_genai_name(name) or GENAI_KEY_BYTES.search(record) is not None
-            out.append(SpanFacts(span_id, parent_id, genai, record))
-    return out
-
-
-def waiting_fragments(trace: HeldTrace) -> int:
-    """How many fragments of the held spans wait for a span that has not arrived.
-
-    Each span is walked up to its fragment's top (the first span whose parent is not held),
-    memoised, so the whole trace costs one pass; a parent loop in broken data ends the walk.
-    A fragment waits when its top is not an agent span, names a parent, and holds a span
-    that looks GenAI: run work whose agent span (or the tool span that leads to it) is still
-    to come.
-    """
-    parents = trace.parents
-    top_of: dict[bytes, bytes] = {}
-    genai_tops: set[bytes] = set()
-    for span_id in parents:
-        path: list[bytes] = []
-        seen: set[bytes] = set()
-        node = span_id
-        while True:
-            known = top_of.get(node)
-            if known is not None:
-                top = known
-                break
-            path.append(node)
-            seen.add(node)
-            parent = parents[node]
-            if not parent or parent not in parents or parent in seen:
-                top = node
-                break
-            node = parent
-        for visited in path:
-            top_of[visited] = top
-    for span_id in trace.genai:
-        found = top_of.get(span_id)
-        if found is not None:
-            genai_tops.add(found)
-    agents = trace.agents
-    return sum(
-        1
-        for top in genai_tops
-        if parents[top] and parents[top] not in parents and top not in agents
-    )

@@ -109,6 +109,11 @@ _CONTENT_KEYS = {
 class ReceiversConfig:
     grpc_endpoint: str = _key("grpc.endpoint", "address", "127.0.0.1:4317")
     grpc_max_recv_bytes: int = _key("grpc.max_recv_msg_size_mib", default=4 * MIB, **_SIZE_MIB)
+    """The Collector's OTLP receiver default (configgrpc: grpc-go's 4 MiB)."""
+    grpc_read_cap_bytes: int = _key("grpc.read_cap_mib", default=64 * MIB, **_SIZE_MIB)
+    """gRPC requests up to this are read, so one over `max_recv_msg_size_mib` is counted,
+    logged with its sender and its traces told before it is refused; past it grpcio
+    refuses alone (counted by the sender only). Memory: one such request per gRPC worker."""
     grpc_workers: int = _key("grpc.workers", "int", 8)
     http_endpoint: str = _key("http.endpoint", "address", "127.0.0.1:4318")
     http_max_body_bytes: int = _key("http.max_request_body_size_mib", default=20 * MIB, **_SIZE_MIB)

@@ -54,6 +54,7 @@ __all__ = [
     "Sender",
     "grpc_retry_delay",
     "make_log_sender",
+    "make_metrics_sender",
     "make_sender",
 ]
 
@@ -61,6 +62,7 @@ log = logging.getLogger(__name__)
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 LOGS_METHOD = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+METRICS_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
 """Trailing metadata key the OpenTelemetry Python exporters read RetryInfo from."""
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -266,6 +268,8 @@ class HttpSender:
         self._host = parts.hostname or "localhost"
         self._port = parts.port or (443 if self._https else 80)
         path = parts.path or ""
+        if path.endswith("/v1/traces") and default_path != "/v1/traces":  # a signal's own
+            path = path[: -len("/v1/traces")] + default_path
         self._path = path if path not in ("", "/") else default_path
         self._headers = {"Content-Type": "application/x-protobuf", **dict(settings.headers)}
         self._gzip = settings.compression == "gzip"
@@ -336,6 +340,13 @@ def make_log_sender(settings: ForwardConfig) -> Sender:
     if settings.protocol == "grpc":
         return GrpcSender(settings, LOGS_METHOD)
     return HttpSender(settings, "/v1/logs")
+
+
+def make_metrics_sender(settings: ForwardConfig) -> Sender:
+    """The same transport for the app's metrics, passed through untouched."""
+    if settings.protocol == "grpc":
+        return GrpcSender(settings, METRICS_METHOD)
+    return HttpSender(settings, "/v1/metrics")
 
 
 # --- the queue and its workers ---------------------------------------------------------------

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -48,6 +49,8 @@ from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import append_to_spans, iter_resource_spans
 from attest_otel.sidecar.workers import Failed, GradingProcesses
 from attest_otel.store import StoredGrade, Writer
+from attest_otel.store.blob import split as split_stored
+from attest_otel.store.blob import with_logs
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +111,8 @@ class TraceGrader:
         """Told every graded trace (what a later regrade starts from when there is no store)."""
         self.send_logs: Callable[[list[bytes]], None] | None = None
         """Sends a graded trace's evaluation log records; None: log events are off."""
+        self.log_forwarder: Forwarder | None = None
+        """Where the log records held with a trace go, after its spans."""
         self.quarantine: Quarantine | None = None
         """Traces that broke grading: forwarded ungraded, never graded again."""
         self._here: dict[int, float] = {}
@@ -139,6 +144,8 @@ class TraceGrader:
         else:
             request = ExportTraceServiceRequest.FromString(original)
             decoded = decode_request(request, source=f"trace {trace.trace_id_hex}", data=original)
+        label = f"trace {trace.trace_id_hex}"
+        decoded.logs = decoded.logs + decode_logs(bytes(trace.logs), label)
         now_ns = time.time_ns()
         data, runs = grade_decoded(
             request,
@@ -148,6 +155,7 @@ class TraceGrader:
             self.content,
             data=original,
             now_ns=now_ns,
+            gaps=trace.gaps,
         )
         logs = encode_logs(runs, now_ns, self.content) if self.send_logs is not None else []
         return _Graded(data, runs, logs=logs)
@@ -173,6 +181,7 @@ class TraceGrader:
             elif trace.late and self.regrade is not None:
                 self.stats.graded(trace.reason or "late", 0, False)
                 self.regrade(trace)
+                self.forward_logs([trace])
             else:
                 fresh.append(trace)
         if not fresh:
@@ -205,7 +214,11 @@ class TraceGrader:
                 ]
                 if graded.ungraded is not None:
                     grades = _ungraded_grades(trace, now, graded.ungraded)
-                self.store.put(trace.trace_id_hex, original, trace.spans, grades)
+                # The log records go with the spans when content is kept whole; under a
+                # content policy only the spans are stored (the scrub reads spans only).
+                keep_logs = self.content.mode == "keep"
+                stored = with_logs(original, bytes(trace.logs)) if keep_logs else original
+                self.store.put(trace.trace_id_hex, stored, trace.spans, grades)
         self.forwarder.offer(
             ForwardItem(
                 results[0].data if len(results) == 1 else b"".join(g.data for g in results),
@@ -214,6 +227,7 @@ class TraceGrader:
                 mergeable=True,
             )
         )
+        self.forward_logs(fresh)
         logs = [record for graded in results for record in graded.logs]
         if logs and self.send_logs is not None:
             try:
@@ -244,7 +258,13 @@ class TraceGrader:
         answers = pool.map(
             grade_in_worker,
             [
-                (original, f"trace {trace.trace_id_hex}", logs)
+                (
+                    original,
+                    f"trace {trace.trace_id_hex}",
+                    logs,
+                    bytes(trace.logs),
+                    list(trace.gaps),
+                )
                 for trace, original in zip(traces, originals, strict=True)
             ],
             [trace.trace_id_hex for trace in traces],
@@ -291,6 +311,28 @@ class TraceGrader:
         else:
             graded.data = original
 
+    def forward_logs(self, traces: list[HeldTrace]) -> None:
+        """The log records held with these traces, sent on after their spans."""
+        forwarder = self.log_forwarder
+        held = [trace for trace in traces if trace.log_count]
+        if forwarder is None or not held:
+            return
+        forwarder.offer(
+            ForwardItem(
+                b"".join(bytes(trace.logs) for trace in held),
+                sum(trace.log_count for trace in held),
+                tuple(record for trace in held for record in trace.log_wal),
+                mergeable=True,
+            )
+        )
+
+    def forward_ungraded(self, traces: list[HeldTrace]) -> None:
+        """Traces sent on as they came (too large to grade, or grading shut down): spans,
+        then their log records."""
+        for trace in traces:
+            self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans, tuple(trace.records)))
+        self.forward_logs(traces)
+
     def _grade_safe(self, trace: HeldTrace, original: bytes) -> _Graded:
         key = threading.get_ident()
         if self.gate is None:  # with model checks, the model's own latency is not a stall
@@ -318,6 +360,8 @@ class TraceGrader:
                     "score": shown_score(result.score, 3),
                     "calls": len(result.findings),
                     "released": trace.reason,
+                    "log_records": trace.log_count,
+                    "gaps": "; ".join(run.gaps),
                 },
             )
             if not graded.in_worker and self.emit is not None:
@@ -326,7 +370,7 @@ class TraceGrader:
                 except Exception:
                     log.exception("emitting the grade of a run failed")
         if self.remember is not None and not graded.failed:
-            self.remember(trace.trace_id_hex, original, graded.runs)
+            self.remember(trace.trace_id_hex, with_logs(original, bytes(trace.logs)), graded.runs)
 
 
 def _why(failed: Failed) -> str:
@@ -362,6 +406,7 @@ def grade_decoded(
     *,
     data: bytes | None = None,
     now_ns: int | None = None,
+    gaps: list[str] | None = None,
 ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
     """Runs of a decoded trace, graded (`pipeline`) and written into its spans; the
     annotated bytes. The policy's declared dialects read the spans too.
@@ -374,7 +419,14 @@ def grade_decoded(
     now = time.time_ns() if now_ns is None else now_ns
     graded: list[tuple[Run, CheckResult]] = []
     reading = Reading(policy) if policy is not None else None
-    for trace in grade_traces(decoded.spans, decoded.logs, reading, grade_run=grade_run):
+    told = list(gaps or ())
+
+    def grade_one(run: Run) -> CheckResult:
+        # What the sidecar knows was refused of the trace, for the rules to see.
+        run.gaps.extend(gap for gap in told if gap not in run.gaps)
+        return grade_run(run)
+
+    for trace in grade_traces(decoded.spans, decoded.logs, reading, grade_run=grade_one):
         for one in trace.runs:
             graded.append((one.run, one.result))
     if data is not None and not any(mark in data for mark in GRADE_MARKS):
@@ -404,8 +456,10 @@ def grade_again(
     The trace is parsed whole, since a late span changes the runs it belongs to, and only
     the late spans go out again: the others went out with their first grade.
     """
+    prior, prior_logs = split_stored(prior)  # the log records read with it before
     request = ExportTraceServiceRequest.FromString(prior + late)
     decoded = decode_request(request, source=label)
+    decoded.logs = decoded.logs + decode_logs(prior_logs, label)
     _, runs = grade_decoded(request, decoded, policy, grade_run, content)
     # Both parts are concatenated ResourceSpans records: the late ones come last.
     keep = sum(1 for _ in iter_resource_spans(late))
@@ -414,6 +468,13 @@ def grade_again(
         out.resource_spans.extend(request.resource_spans[-keep:])
     data: bytes = out.SerializeToString()
     return data, runs
+
+
+def decode_logs(data: bytes, label: str) -> list[Any]:
+    """The log records held with a trace, decoded as `grade --file` decodes a logs request."""
+    if not data:
+        return []
+    return decode_request(ExportLogsServiceRequest.FromString(data), source=label).logs
 
 
 def encode_logs(
@@ -474,17 +535,24 @@ def _slim(run: Run) -> Run:
         trace_id=run.trace_id,
         span_id=run.span_id,
         allowed_tools=run.allowed_tools,
+        gaps=list(run.gaps),
     )
 
 
 def grade_in_worker(
-    data: bytes, label: str, logs: bool = False
+    data: bytes,
+    label: str,
+    logs: bool = False,
+    held_logs: bytes = b"",
+    gaps: list[str] | None = None,
 ) -> tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]]:
-    """Offline grading of one trace's bytes, in a grading process: the annotated bytes,
-    the runs (slimmed for the trip back) and, when `logs`, their evaluation log records."""
+    """Offline grading of one trace's bytes (with the log records held with it), in a
+    grading process: the annotated bytes, the runs (slimmed for the trip back) and, when
+    `logs`, their evaluation log records."""
 
     request = ExportTraceServiceRequest.FromString(data)
     decoded = decode_request(request, source=label, data=data)
+    decoded.logs = decoded.logs + decode_logs(held_logs, label)
     now_ns = time.time_ns()
     annotated, graded = grade_decoded(
         request,
@@ -494,6 +562,7 @@ def grade_in_worker(
         _WORKER_CONTENT,
         data=data,
         now_ns=now_ns,
+        gaps=gaps,
     )
     records = encode_logs(graded, now_ns, _WORKER_CONTENT) if logs else []
     return annotated, [(_slim(run), result) for run, result in graded], records

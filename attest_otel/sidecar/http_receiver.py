@@ -1,4 +1,5 @@
-"""The OTLP/HTTP receiver: `POST /v1/traces`, `/healthz` and `/readyz` (stdlib server).
+"""The OTLP/HTTP receiver: `POST /v1/traces`, `/v1/logs`, `/v1/metrics`, `/healthz` and
+`/readyz` (stdlib server).
 
 What it answers is in `receivers` (the table of outcomes). What it spends is bounded here,
 because every connection reaches it before any authentication:
@@ -45,10 +46,13 @@ from attest_otel.sidecar.receivers import (
     _PROTOBUF_TYPES,
     Accept,
     Outcome,
+    Oversize,
+    RefusalLog,
     TlsFiles,
     TokenCheck,
     _status_bytes,
     _status_json,
+    mib,
     otlp_json_to_protobuf,
 )
 
@@ -57,6 +61,16 @@ __all__ = ["HttpReceiver"]
 log = logging.getLogger(__name__)
 
 _REAP_EVERY_S = 0.1
+_SIGNAL_PATHS = {"/v1/traces": "traces", "/v1/logs": "logs", "/v1/metrics": "metrics"}
+
+
+def limit_key(is_json: bool) -> str:
+    """The setting that raises the limit a body was refused over."""
+    return (
+        "receivers.http.max_json_body_size_mib"
+        if is_json
+        else "receivers.http.max_request_body_size_mib"
+    )
 
 
 class _HttpServer(HTTPServer):
@@ -199,14 +213,21 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._plain(404, b"not found\n")
 
+    def _reject(self, reason: str) -> None:
+        """Counted now, said at WARNING with the sender when the answer goes out."""
+        self._reason = reason
+        self.server.receiver.count_rejection(reason)
+
     def do_POST(self) -> None:
         receiver = self.server.receiver
+        self._reason = ""
+        self._signal = _SIGNAL_PATHS.get(self.path.split("?", 1)[0].rstrip("/"), "")
         media = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         is_json = media == _JSON_TYPE
         if receiver.token is not None and not receiver.token.check(
             self.headers.get("Authorization")
         ):
-            receiver.count_rejection("unauthenticated")
+            self._reject("unauthenticated")
             self._status(
                 401,
                 _CODE_UNAUTHENTICATED,
@@ -218,7 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         length_header = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked" or length_header is None:
-            receiver.count_rejection("length_required")
+            self._reject("length_required")
             self._status(
                 411, _CODE_INVALID_ARGUMENT, "Content-Length is required", is_json, close=True
             )
@@ -228,38 +249,39 @@ class _Handler(BaseHTTPRequestHandler):
             if length < 0:
                 raise ValueError
         except ValueError:
-            receiver.count_rejection("malformed")
+            self._reject("malformed")
             self._status(400, _CODE_INVALID_ARGUMENT, "bad Content-Length", is_json, close=True)
             return
         limit = receiver.max_json_bytes if is_json else receiver.max_body_bytes
         if length > limit:
-            receiver.count_rejection("too_large")
+            self._reject("too_large")
             close = length > _DISCARD_LIMIT
+            message = (
+                f"a body of {mib(length)} is over the {mib(limit)} limit ({limit_key(is_json)})"
+            )
             if not close:
                 self.server.deadline(self.request, receiver.body_timeout_s)
-                self._discard(length)
+                body = self.rfile.read(length)  # read, not parsed: which traces it names
                 self.server.deadline(self.request, None)
-            self._status(
-                413,
-                _CODE_RESOURCE_EXHAUSTED,
-                f"body of {length} bytes is over the {limit}-byte limit",
-                is_json,
-                close=close,
-            )
+                if len(body) == length:
+                    gzipped = (self.headers.get("Content-Encoding") or "").strip().lower()
+                    self._oversize(body, gzipped == "gzip", is_json, message)
+            self._status(413, _CODE_RESOURCE_EXHAUSTED, message, is_json, close=close)
             return
         self.server.deadline(self.request, receiver.body_timeout_s)
         body = self.rfile.read(length)
         self.server.deadline(self.request, None)
         if len(body) < length:  # the body timed out (counted) or the client went away
             if not self.server.timed_out(self.request):
-                receiver.count_rejection("malformed")
+                self._reject("malformed")
             self.close_connection = True
             return
-        if self.path.split("?", 1)[0].rstrip("/") != "/v1/traces":
+        accept = receiver.accepts.get(self._signal)
+        if accept is None:
             self._status(404, _CODE_INVALID_ARGUMENT, f"no OTLP signal at {self.path}", is_json)
             return
         if media not in _PROTOBUF_TYPES and not is_json:
-            receiver.count_rejection("unsupported_media_type")
+            self._reject("unsupported_media_type")
             self._status(
                 415,
                 _CODE_INVALID_ARGUMENT,
@@ -270,7 +292,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding not in ("gzip", "identity"):
-            receiver.count_rejection("unsupported_media_type")
+            self._reject("unsupported_media_type")
             self._status(
                 415,
                 _CODE_INVALID_ARGUMENT,
@@ -284,10 +306,11 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             body = decoded
         try:
-            outcome = receiver.accept(body)
+            outcome = accept(body)
         except Exception:
             log.exception("HTTP receiver: accept failed")
             outcome = Outcome("full", "internal error; try again")
+        self._reason = outcome.kind
         if outcome.ok:
             payload = b"{}" if is_json else b""
             self._send(200, _JSON_TYPE if is_json else _PROTOBUF_TYPES[0], payload)
@@ -308,7 +331,7 @@ class _Handler(BaseHTTPRequestHandler):
         otherwise add up without bound. None: the answer is sent already."""
         receiver = self.server.receiver
         if not receiver.decodes.acquire(timeout=receiver.decode_wait_s):
-            receiver.count_rejection("decode_busy")
+            self._reject("decode_busy")
             self._status(
                 503,
                 _CODE_UNAVAILABLE,
@@ -322,36 +345,42 @@ class _Handler(BaseHTTPRequestHandler):
                 try:
                     body = gunzip(body, "request body", limit)
                 except InflatesTooFar:
-                    receiver.count_rejection("too_large")
-                    self._status(
-                        413,
-                        _CODE_RESOURCE_EXHAUSTED,
-                        f"body inflates to more than {limit} bytes",
-                        is_json,
+                    self._reject("too_large")
+                    message = (
+                        f"a body inflating to over the {mib(limit)} limit ({limit_key(is_json)})"
                     )
+                    self._oversize(body, True, is_json, message)
+                    self._status(413, _CODE_RESOURCE_EXHAUSTED, message, is_json)
                     return None
                 except InputError as e:
-                    receiver.count_rejection("malformed")
+                    self._reject("malformed")
                     self._status(400, _CODE_INVALID_ARGUMENT, e.problem, is_json)
                     return None
             if is_json:
                 try:
-                    body = otlp_json_to_protobuf(body)
+                    body = otlp_json_to_protobuf(body, self._signal)
                 except ValueError as e:
-                    receiver.count_rejection("malformed")
+                    self._reject("malformed")
                     self._status(400, _CODE_INVALID_ARGUMENT, str(e), True)
                     return None
             return body
         finally:
             receiver.decodes.release()
 
-    def _discard(self, length: int) -> None:
-        left = length
-        while left > 0:
-            chunk = self.rfile.read(min(left, 1 << 20))
-            if not chunk:
-                break
-            left -= len(chunk)
+    def _oversize(self, body: bytes, gzipped: bool, is_json: bool, message: str) -> None:
+        """Tells the service which traces a body refused for its size names (read up to
+        `_DISCARD_LIMIT` inflated; past it, none)."""
+        tell = self.server.receiver.on_oversize
+        if tell is None or not self._signal:
+            return
+        try:
+            if gzipped:
+                body = gunzip(body, "request body", _DISCARD_LIMIT)
+            tell(self._signal, body, is_json, message)
+        except (InflatesTooFar, InputError):
+            return
+        except Exception:
+            log.exception("HTTP receiver: noting the traces of a refused request failed")
 
     def _status(
         self,
@@ -364,6 +393,13 @@ class _Handler(BaseHTTPRequestHandler):
         close: bool = False,
         extra: Sequence[tuple[str, str]] = (),
     ) -> None:
+        if http_status >= 400 and http_status != 404:
+            self.server.receiver.refusals.warn(
+                getattr(self, "_reason", "") or str(http_status),
+                self.address_string(),
+                getattr(self, "_signal", "") or "OTLP",
+                message,
+            )
         if is_json:
             body, ctype = _status_json(code, message), _JSON_TYPE
         else:
@@ -406,6 +442,9 @@ class HttpReceiver:
         endpoint: str,
         accept: Accept,
         *,
+        accept_logs: Accept | None = None,
+        accept_metrics: Accept | None = None,
+        on_oversize: Oversize | None = None,
         max_body_bytes: int = 20 * 1024 * 1024,
         max_json_bytes: int = 4 * 1024 * 1024,
         ready: Callable[[], tuple[bool, str]] = lambda: (True, ""),
@@ -421,6 +460,13 @@ class HttpReceiver:
     ) -> None:
         self.endpoint = endpoint
         self.accept = accept
+        self.accepts: dict[str, Accept | None] = {
+            "traces": accept,
+            "logs": accept_logs,
+            "metrics": accept_metrics,
+        }
+        self.on_oversize = on_oversize
+        self.refusals = RefusalLog()
         self.max_body_bytes = max_body_bytes
         self.max_json_bytes = min(max_json_bytes, max_body_bytes)
         self.ready = ready
@@ -466,7 +512,7 @@ class HttpReceiver:
             "OTLP/HTTP receiver listening",
             extra={
                 "endpoint": f"{host}:{self.port}",
-                "path": "/v1/traces",
+                "paths": "/v1/traces /v1/logs /v1/metrics",
                 "tls": "mtls"
                 if self.tls and self.tls.client_ca_file
                 else "on"

@@ -1,6 +1,7 @@
-"""The OTLP receivers: gRPC `TraceService/Export` and HTTP `POST /v1/traces`.
+"""The OTLP receivers: gRPC `TraceService`, `LogsService` and `MetricsService` `/Export`, and
+HTTP `POST /v1/traces`, `/v1/logs`, `/v1/metrics` (apps send all three to one endpoint).
 
-Both hand the request's protobuf bytes to one `accept` callable and turn its `Outcome`
+Both hand the request's protobuf bytes to the signal's `accept` callable and turn its `Outcome`
 into the protocol's answer (pipeline.md c.):
 
     outcome     gRPC                                  HTTP
@@ -11,8 +12,12 @@ into the protocol's answer (pipeline.md c.):
 
 and the HTTP-only ones: body over the limit (before or after gzip) 413, a content type
 other than protobuf/JSON 415, a content encoding other than gzip/identity 415, no
-Content-Length 411, other paths 404. gRPC's size limit is grpcio's own
-(`max_receive_message_length`, RESOURCE_EXHAUSTED), checked after decompression.
+Content-Length 411, other paths 404. gRPC's size limit is checked here, after
+decompression: grpcio reads up to a higher cap, so a request over the limit is refused with
+RESOURCE_EXHAUSTED (no RetryInfo: not to be retried) after it is counted, logged with its
+sender, and the traces it names are told (`Oversize`); past the cap grpcio refuses alone.
+Every refusal is counted (`requests_rejected{reason}`) and said at WARNING with the
+sender (`RefusalLog`).
 
 The gRPC receiver takes the request as raw bytes (no deserializer), so a request that
 holds no GenAI span can be forwarded as exactly the bytes it came in. OTLP/JSON is turned
@@ -26,14 +31,14 @@ OpenTelemetry Python exporter (1.45) looks.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
 import ipaddress
 import json
 import logging
 import socket
 import ssl
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -41,20 +46,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import grpc
-from google.protobuf import json_format  # type: ignore[import-untyped]
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-)
 
 from attest_otel.errors import ListenError
 from attest_otel.sidecar.config import parse_host_port
 from attest_otel.sidecar.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
+from attest_otel.sidecar.json_in import otlp_json_to_protobuf
 
 __all__ = [
+    "SERVICES",
     "Accept",
     "GrpcReceiver",
     "Outcome",
+    "Oversize",
+    "RefusalLog",
     "TlsFiles",
     "TokenCheck",
     "exposure_warning",
@@ -184,72 +189,59 @@ def exposure_warning(endpoints: Sequence[str], *, tls: bool, token: bool) -> str
 
 
 Accept = Callable[[bytes], Outcome]
-"""Takes an ExportTraceServiceRequest encoding; never raises."""
+"""Takes an export request's protobuf encoding (traces, logs or metrics); never raises."""
+
+Oversize = Callable[[str, bytes, bool, str], None]
+"""(signal, body as received, whether it is OTLP/JSON, the refusal's message): told of a
+request refused for its size, so the traces it names carry the refusal as a gap."""
+
+SERVICES = {
+    "traces": "opentelemetry.proto.collector.trace.v1.TraceService",
+    "logs": "opentelemetry.proto.collector.logs.v1.LogsService",
+    "metrics": "opentelemetry.proto.collector.metrics.v1.MetricsService",
+}
+
+REFUSAL_LOG_EVERY_S = 10.0
 
 
-# --- OTLP/JSON -> protobuf -----------------------------------------------------------------
+class RefusalLog:
+    """Every refused request said at WARNING with its sender: the first of a (reason,
+    sender) at once, then one line per `REFUSAL_LOG_EVERY_S` with how many came since, so a
+    sender retrying in a loop is visible without being the whole log."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
 
-def _fix_id(value: Any, nbytes: int) -> Any:
-    """OTLP/JSON ids are hex; protobuf's JSON mapping (what ParseDict reads) wants base64."""
-    if isinstance(value, str) and len(value) == 2 * nbytes:
-        try:
-            return base64.b64encode(bytes.fromhex(value)).decode("ascii")
-        except ValueError:
-            return value
-    return value
-
-
-def _fix_ids(obj: dict[str, Any], keys: Sequence[tuple[str, int]]) -> None:
-    for key, nbytes in keys:
-        if key in obj:
-            obj[key] = _fix_id(obj[key], nbytes)
-
-
-_SPAN_IDS = (
-    ("traceId", 16),
-    ("trace_id", 16),
-    ("spanId", 8),
-    ("span_id", 8),
-    ("parentSpanId", 8),
-    ("parent_span_id", 8),
-)
-_LINK_IDS = (("traceId", 16), ("trace_id", 16), ("spanId", 8), ("span_id", 8))
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    """The objects of a JSON array; anything else is left for ParseDict to refuse."""
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def otlp_json_to_protobuf(body: bytes) -> bytes:
-    """An OTLP/JSON ExportTraceServiceRequest as protobuf bytes; ValueError if it is not one."""
-
-    try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"invalid JSON: {e}") from None
-    except RecursionError:
-        raise ValueError("invalid JSON: nested too deeply") from None
-    if not isinstance(document, dict):
-        raise ValueError("invalid OTLP/JSON: the body must be a JSON object")
-    for rs_key in ("resourceSpans", "resource_spans"):
-        for rs in _dicts(document.get(rs_key)):
-            for ss in _dicts(rs.get("scopeSpans") or rs.get("scope_spans")):
-                for span in _dicts(ss.get("spans")):
-                    _fix_ids(span, _SPAN_IDS)
-                    for link in _dicts(span.get("links")):
-                        _fix_ids(link, _LINK_IDS)
-    try:
-        request = json_format.ParseDict(
-            document, ExportTraceServiceRequest(), ignore_unknown_fields=True
+    def warn(self, reason: str, sender: str, signal: str, message: str) -> None:
+        if sender.startswith(("ipv4:", "ipv6:")):  # a gRPC peer: the host, not each port
+            sender = sender.rsplit(":", 1)[0]
+        now = time.monotonic()
+        key = (reason, sender)
+        with self._lock:
+            last, unlogged = self._last.get(key, (-REFUSAL_LOG_EVERY_S, 0))
+            if now - last < REFUSAL_LOG_EVERY_S:
+                self._last[key] = (last, unlogged + 1)
+                return
+            if len(self._last) > 4096:
+                self._last.clear()
+            self._last[key] = (now, 0)
+        more = f" ({unlogged} more since the last line)" if unlogged else ""
+        log.warning(
+            "refused a %s request from %s (%s): %s%s",
+            signal,
+            sender or "unknown",
+            reason,
+            message,
+            more,
+            extra={"reason": reason, "sender": sender, "signal": signal},
         )
-    except (json_format.ParseError, ValueError, TypeError, AttributeError, binascii.Error) as e:
-        raise ValueError(f"invalid OTLP/JSON: {e}") from None
-    except RecursionError:
-        raise ValueError("invalid OTLP/JSON: nested too deeply") from None
-    data: bytes = request.SerializeToString()
-    return data
+
+
+def mib(size: int) -> str:
+    """A size as the limits are configured: in MiB, one decimal when not whole."""
+    value = size / (1024 * 1024)
+    return f"{value:.0f} MiB" if value == int(value) else f"{value:.1f} MiB"
 
 
 # --- status bodies -------------------------------------------------------------------------
@@ -290,16 +282,27 @@ class GrpcReceiver:
         accept: Accept,
         *,
         max_recv_bytes: int = 4 * 1024 * 1024,
+        read_cap_bytes: int = 0,
         workers: int = 8,
         add_services: Sequence[Callable[[Any], None]] = (),
         tls: TlsFiles | None = None,
         token: TokenCheck | None = None,
         grader_token: TokenCheck | None = None,
         on_rejection: Callable[[str], None] = lambda reason: None,
+        accept_logs: Accept | None = None,
+        accept_metrics: Accept | None = None,
+        on_oversize: Oversize | None = None,
     ) -> None:
+        """`max_recv_bytes` is the limit a request is refused over; grpcio reads requests
+        up to `read_cap_bytes` (at least the limit) so that one over the limit is counted,
+        logged with its sender and its traces told, where grpcio alone would refuse it
+        before any of that (past the cap it still does)."""
         self.endpoint = endpoint
+        self._accepts = {"traces": accept, "logs": accept_logs, "metrics": accept_metrics}
+        self._read_cap = max(read_cap_bytes, max_recv_bytes)
+        self._on_oversize = on_oversize
+        self.refusals = RefusalLog()
         self._grader_token = grader_token
-        self._accept = accept
         self._max_recv_bytes = max_recv_bytes
         self._workers = workers
         self._add_services = add_services
@@ -324,20 +327,26 @@ class GrpcReceiver:
             ),
             interceptors=interceptors,
             options=[
-                ("grpc.max_receive_message_length", self._max_recv_bytes),
+                ("grpc.max_receive_message_length", self._read_cap),
                 ("grpc.max_send_message_length", 4 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
             ],
         )
-        handler = grpc.method_handlers_generic_handler(
-            "opentelemetry.proto.collector.trace.v1.TraceService",
-            {
-                "Export": grpc.unary_unary_rpc_method_handler(
-                    self._export, request_deserializer=None, response_serializer=None
-                )
-            },
+        handlers = tuple(
+            grpc.method_handlers_generic_handler(
+                SERVICES[signal],
+                {
+                    "Export": grpc.unary_unary_rpc_method_handler(
+                        self._exporter(signal, accept),
+                        request_deserializer=None,
+                        response_serializer=None,
+                    )
+                },
+            )
+            for signal, accept in self._accepts.items()
+            if accept is not None
         )
-        server.add_generic_rpc_handlers((handler,))
+        server.add_generic_rpc_handlers(handlers)
         for add in self._add_services:
             add(server)
         address = f"{_bracket(host)}:{port}"
@@ -373,15 +382,23 @@ class GrpcReceiver:
         )
         return bound
 
-    def _export(self, request: bytes, context: Any) -> bytes:
+    def _exporter(self, signal: str, accept: Accept) -> Callable[[bytes, Any], bytes]:
+        def export(request: bytes, context: Any) -> bytes:
+            return self._export(request, context, signal, accept)
 
+        return export
+
+    def _export(self, request: bytes, context: Any, signal: str, accept: Accept) -> bytes:
+        if len(request) > self._max_recv_bytes:
+            self._refuse_oversize(request, context, signal)
         try:
-            outcome = self._accept(request)
+            outcome = accept(request)
         except Exception:
             log.exception("gRPC receiver: accept failed")
             outcome = Outcome("full", "internal error; try again")
         if outcome.ok:
             return b""
+        self.refusals.warn(outcome.kind, context.peer(), signal, outcome.message)
         if outcome.kind == "malformed":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, outcome.message)
         context.set_trailing_metadata(
@@ -395,6 +412,22 @@ class GrpcReceiver:
         )
         context.abort(grpc.StatusCode.UNAVAILABLE, outcome.message)
         return b""  # not reached: abort raises
+
+    def _refuse_oversize(self, request: bytes, context: Any, signal: str) -> None:
+        """RESOURCE_EXHAUSTED without RetryInfo (OTLP: do not retry), counted, logged with
+        the sender, and the traces the request names told; aborts the call."""
+        message = (
+            f"a request of {mib(len(request))} is over the "
+            f"{mib(self._max_recv_bytes)} limit (receivers.grpc.max_recv_msg_size_mib)"
+        )
+        self._on_rejection("too_large")
+        self.refusals.warn("too_large", context.peer(), signal, message)
+        if self._on_oversize is not None:
+            try:
+                self._on_oversize(signal, request, False, message)
+            except Exception:
+                log.exception("gRPC receiver: noting the traces of a refused request failed")
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
     def stop(self, grace_s: float | None = 1.0) -> None:
         """Stops accepting; calls in flight get `grace_s` to finish."""
@@ -423,7 +456,12 @@ class _TokenInterceptor:
         self._grader_token = grader_token
         self._on_rejection = on_rejection
 
+        self.refusals = RefusalLog()
+
         def deny(request: Any, context: Any) -> Any:
+            self.refusals.warn(
+                "unauthenticated", context.peer(), "OTLP", "missing or wrong bearer token"
+            )
             context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
                 "missing or wrong bearer token (authorization metadata)",

@@ -38,22 +38,28 @@ from typing import Any
 
 from attest_otel import semconv
 from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc
-from attest_otel.errors import PolicyError, UsageError
-from attest_otel.export.otlp_config import ExportTls, package_version
+from attest_otel.errors import UsageError
+from attest_otel.export.otlp_config import package_version
 from attest_otel.export.telemetry import build_telemetry
-from attest_otel.grade.llm import AnthropicJudge, judge_from_env
 from attest_otel.grade.questions import Judge
 from attest_otel.model import CheckResult, Run
-from attest_otel.policy import Policy, load_policy
+from attest_otel.policy import Policy
 from attest_otel.sidecar.api import GraderApi
 from attest_otel.sidecar.buffer import HeldTrace, SpanFacts, TraceBuffer
 from attest_otel.sidecar.buffer_dir import claim, release
 from attest_otel.sidecar.config import ServiceConfig, parse_host_port, read_token
 from attest_otel.sidecar.evaluation_logs import EvaluationLogs
-from attest_otel.sidecar.forward import Forwarder, ForwardItem
+from attest_otel.sidecar.forward import (
+    Forwarder,
+    ForwardItem,
+    make_log_sender,
+    make_metrics_sender,
+)
 from attest_otel.sidecar.gate import ModelGate
 from attest_otel.sidecar.grading import TraceGrader, init_worker
 from attest_otel.sidecar.http_receiver import HttpReceiver
+from attest_otel.sidecar.loading import declared_marks, load_grading
+from attest_otel.sidecar.log_wire import LOGS, METRICS, TRACES, untag
 from attest_otel.sidecar.probe import agent_probe
 from attest_otel.sidecar.quarantine import Quarantine
 from attest_otel.sidecar.receivers import (
@@ -65,10 +71,11 @@ from attest_otel.sidecar.receivers import (
 )
 from attest_otel.sidecar.regrade import Regrader
 from attest_otel.sidecar.requests import GradingCapacity, RequestPath
+from attest_otel.sidecar.signal_paths import SignalPaths
 from attest_otel.sidecar.stats import SidecarStats, register_metrics
+from attest_otel.sidecar.targets import telemetry_target
 from attest_otel.sidecar.wal import DurableLog
 from attest_otel.sidecar.wire import (
-    DeclaredMarks,
     split_request,
 )
 from attest_otel.sidecar.workers import GradingProcesses
@@ -105,7 +112,11 @@ class Service:
             else None
         )
         fwd = config.forward
-        self.forwarder = Forwarder(fwd, on_done=self.wal.release if self.wal is not None else None)
+        done = self.wal.release if self.wal is not None else None
+        self.forwarder = Forwarder(fwd, on_done=done)
+        self.log_forwarder = Forwarder(fwd, on_done=done, sender_factory=make_log_sender)
+        """The app's log records (and the held ones after their trace), to the next hop."""
+        self.metrics_forwarder = Forwarder(fwd, on_done=done, sender_factory=make_metrics_sender)
         self.buffer = TraceBuffer(config.buffer, probe=self._probe, release=self._submit)
         self.requests = RequestPath(
             buffer=self.buffer,
@@ -116,10 +127,20 @@ class Service:
             retry_after_s=fwd.retry_after_s,
             max_backlog_spans=config.grading.max_backlog_spans,
             unready_after_s=fwd.unready_after_s,
-            declared=_declared_marks(policy),
+            declared=declared_marks(policy),
             # A quarter of a second of queued grading keeps the grading processes busy while
             # a graded span waits little past the grace (bench_sidecar.py's delay rows).
             capacity=GradingCapacity(0.25, arriving_s=config.buffer.grace_s),
+        )
+        self.signals = SignalPaths(
+            buffer=self.buffer,
+            logs=self.log_forwarder,
+            metrics=self.metrics_forwarder,
+            stats=self.stats,
+            wal=self.wal,
+            submit=self._submit,
+            retry_after_s=fwd.retry_after_s,
+            closing=lambda: self.requests.closing,
         )
         self.gate: ModelGate | None = None
         self.telemetry: Any = None
@@ -216,6 +237,7 @@ class Service:
             content=config.content,
         )
         self.grader.regrade = regrader
+        self.grader.log_forwarder = self.log_forwarder
         self.regrader = regrader
         self.grader.remember = regrader.remember
         if (
@@ -328,9 +350,7 @@ class Service:
                     extra={"trace_id": trace.trace_id_hex, "spans": trace.spans},
                 )
                 self.stats.graded("too_large", 0, False)
-                self.forwarder.offer(
-                    ForwardItem(bytes(trace.data), trace.spans, tuple(trace.records))
-                )
+                grader.forward_ungraded([trace])
                 continue
             if not batched:
                 self._submit_batch(pool, [trace])
@@ -354,10 +374,7 @@ class Service:
             future = pool.submit(grader.grade_batch, batch)
         except RuntimeError:  # pool shut down: forward as it came rather than lose it
             self.stats.add(grading_spans=-spans)
-            for trace in batch:
-                self.forwarder.offer(
-                    ForwardItem(bytes(trace.data), trace.spans, tuple(trace.records))
-                )
+            grader.forward_ungraded(batch)
             return
         with self._pending_lock:
             self._pending[future] = batch
@@ -391,6 +408,8 @@ class Service:
                 thread_name_prefix="attest-otel-grade",
             )
             self.forwarder.start()
+            self.log_forwarder.start()
+            self.metrics_forwarder.start()
             if self.evaluation_logs is not None:
                 self.evaluation_logs.start()
             self.buffer.start()
@@ -435,7 +454,11 @@ class Service:
             self.grpc = GrpcReceiver(
                 rc.grpc_endpoint,
                 self.requests.accept,
+                accept_logs=self.signals.accept_logs,
+                accept_metrics=self.signals.accept_metrics,
+                on_oversize=self.signals.oversize,
                 max_recv_bytes=rc.grpc_max_recv_bytes,
+                read_cap_bytes=rc.grpc_read_cap_bytes,
                 workers=rc.grpc_workers,
                 add_services=[self._add_grader_api],
                 tls=tls,
@@ -447,6 +470,9 @@ class Service:
             self.http = HttpReceiver(
                 rc.http_endpoint,
                 self.requests.accept,
+                accept_logs=self.signals.accept_logs,
+                accept_metrics=self.signals.accept_metrics,
+                on_oversize=self.signals.oversize,
                 max_body_bytes=rc.http_max_body_bytes,
                 max_json_bytes=rc.http_max_json_bytes,
                 workers=rc.http_workers,
@@ -461,13 +487,21 @@ class Service:
             )
             self.http.start()
         except BaseException:
-            self.shutdown(2.0)
+            # Undoing a start that failed: its error is the one line the user sees, so the
+            # shutdown's own INFO lines stay out of it.
+            level = log.level
+            log.setLevel(max(level, logging.WARNING))
+            try:
+                self.shutdown(2.0)
+            finally:
+                log.setLevel(level)
             raise
+        rc = self.config.receivers
         log.info(
             "attest-otel sidecar started",
             extra={
-                "grpc": f"{_host(self.config.receivers.grpc_endpoint)}:{self.grpc.port}",
-                "http": f"{_host(self.config.receivers.http_endpoint)}:{self.http.port}",
+                "grpc": f"{parse_host_port(rc.grpc_endpoint)[0]}:{self.grpc.port}",
+                "http": f"{parse_host_port(rc.http_endpoint)[0]}:{self.http.port}",
                 "forward": f"{self.config.forward.endpoint} ({self.config.forward.protocol})",
                 "store": (
                     redact(self.config.store.url or self.config.store.path)
@@ -480,9 +514,13 @@ class Service:
             },
         )
 
-    def _replay(self, record: int, data: bytes) -> None:
+    def _replay(self, record: int, raw: bytes) -> None:
         assert self.wal is not None
+        signal, data = untag(raw)
         try:
+            if signal != TRACES:
+                self.signals.replay(signal, data, record)
+                return
             groups = split_request(data)
             spans = sum(len(g.spans) for g in groups)
             self.requests.route(data, groups, spans, record)
@@ -490,7 +528,10 @@ class Service:
             log.exception("buffer-dir: could not route a replayed request; forwarding it as is")
             self.wal.hold(record)
             self.wal.unpin(record)
-            self.forwarder.offer(ForwardItem(data, 0, (record,), mergeable=False))
+            forwarder = {LOGS: self.log_forwarder, METRICS: self.metrics_forwarder}.get(
+                signal, self.forwarder
+            )
+            forwarder.offer(ForwardItem(data, 0, (record,), mergeable=False))
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Blocks until `shutdown` has finished (True) or the timeout passes."""
@@ -520,6 +561,8 @@ class Service:
             # Grading stops early enough to forward what it leaves ungraded.
             self._drain_grading(deadline - min(5.0, budget / 3), deadline)
             delivered = self.forwarder.shutdown(deadline)
+            delivered &= self.log_forwarder.shutdown(max(deadline, time.monotonic() + 1.0))
+            delivered &= self.metrics_forwarder.shutdown(max(deadline, time.monotonic() + 1.0))
             if self.evaluation_logs is not None:
                 self.evaluation_logs.shutdown(max(deadline, time.monotonic() + 1.0))
             if self.telemetry is not None:
@@ -569,8 +612,8 @@ class Service:
             time.sleep(0.02)
         with self._pending_lock:
             left = [t for f, batch in self._pending.items() if f.cancel() for t in batch]
-        for trace in left:  # never started: forward ungraded rather than lose them
-            self.forwarder.offer(ForwardItem(bytes(trace.data), trace.spans, tuple(trace.records)))
+        if left and self.grader is not None:  # never started: forward rather than lose them
+            self.grader.forward_ungraded(left)
         if self._processes is not None:
             # Grading still under way past the deadline is killed: its callers forward
             # their traces ungraded (`workers.Failed("shutdown")`) and return.
@@ -584,101 +627,8 @@ class Service:
         self._pool = None
 
 
-def telemetry_target(config: ServiceConfig) -> dict[str, Any]:
-    """Where the grade log events and metrics go, and with what credentials.
-
-    To the forward host (no `telemetry.endpoint`, or the same host:port): with the forward
-    TLS material and, unless `telemetry.headers` is set, the forward headers. Anywhere else:
-    with `telemetry.headers` only, never the forward ones. OTEL_EXPORTER_OTLP_HEADERS was
-    read once, as forward headers, and is taken out of the environment so the SDK exporters
-    do not send it to every endpoint.
-    """
-
-    os.environ.pop("OTEL_EXPORTER_OTLP_HEADERS", None)
-    tel, fwd = config.telemetry, config.forward
-    endpoint = tel.endpoint or fwd.endpoint
-    same = tel.endpoint is None
-    if not same and endpoint is not None and fwd.endpoint is not None:
-        try:
-            same = parse_host_port(endpoint) == parse_host_port(fwd.endpoint)
-        except ValueError:
-            same = False
-    tls = None
-    if same and endpoint is not None and (fwd.tls_files or fwd.endpoint.startswith("https://")):
-        tls = ExportTls(
-            str(fwd.tls_ca_file) if fwd.tls_ca_file else None,
-            str(fwd.tls_cert_file) if fwd.tls_cert_file else None,
-            str(fwd.tls_key_file) if fwd.tls_key_file else None,
-        )
-    headers = dict(tel.headers) or (dict(fwd.headers) if same else {})
-    return {
-        "endpoint": endpoint,
-        "protocol": tel.protocol or fwd.protocol,
-        "timeout_s": tel.timeout_s,
-        "headers": headers or None,
-        "tls": tls,
-    }
-
-
-def _host(endpoint: str) -> str:
-
-    return parse_host_port(endpoint)[0]
-
-
 def build_service(config: ServiceConfig) -> Service:
     """The factory: every load-time check first, then a service wired from `config`, not
     started. Raises PolicyError listing every problem (exit 2 from `serve`)."""
-    policy, judge = load_grading(config)
+    policy, judge = load_grading(config)  # raises before anything is opened
     return Service(config, policy=policy, judge=judge)
-
-
-def load_grading(config: ServiceConfig) -> tuple[Policy | None, Judge | None]:
-    """The policy file and the model judge the config names, loaded and checked.
-
-    What `load_service_config` cannot check alone: the policy file (with its dialects) is a
-    file of its own, and whether a model can be asked depends on the environment. Every
-    problem goes into one PolicyError naming the config, so a sidecar that cannot grade as
-    configured never opens a port.
-    """
-    problems: list[str] = []
-    policy: Policy | None = None
-    if config.grading.policy is not None:
-        try:
-            policy = load_policy(config.grading.policy)
-        except PolicyError as e:
-            problems.append(f"grading.policy: {e}")
-    judge: Judge | None = None
-    model = config.grading.model
-    if model.enabled:
-        found = judge_from_env(model.model)
-        client = getattr(found, "_client", None)  # an AnthropicJudge: ours, with our settings
-        if found is None:
-            problems.append(
-                "grading.model.enabled: true, but no model is available (set ANTHROPIC_API_KEY)"
-            )
-        elif client is not None:
-            judge = AnthropicJudge(
-                client, model.model, max_concurrency=model.max_concurrency, content=config.content
-            )
-        elif config.content.mode != "keep":
-            problems.append(
-                f"content.mode: {config.content.mode} needs the Anthropic judge "
-                f"(the model in use is a {type(found).__name__})"
-            )
-        else:
-            judge = found
-    if problems:
-        raise PolicyError(config.source, problems)
-    return policy, judge
-
-
-def _declared_marks(policy: Policy | None) -> DeclaredMarks | None:
-    """The byte test for the policy's declared dialects, so their traces are held too."""
-    if policy is None or not policy.dialects:
-        return None
-    marks = [d.markers() for d in policy.dialects]
-    return DeclaredMarks(
-        (k for m in marks for k in m.keys),
-        (sc for m in marks for sc in m.scopes),
-        (n for m in marks for n in m.names),
-    )

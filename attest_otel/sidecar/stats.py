@@ -87,11 +87,22 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "{span}",
         "Spans sent again after a forward timed out: the next hop may have received them twice.",
     ),
+    "attest.sidecar.log_records.received": (
+        "counter",
+        "{record}",
+        "Log records accepted by the receivers (held with their trace or passed on).",
+    ),
+    "attest.sidecar.log_records.late": (
+        "counter",
+        "{record}",
+        "Log records that arrived after their trace was graded: forwarded, not in its grade.",
+    ),
     "attest.sidecar.requests.rejected": (
         "counter",
         "{request}",
         "Requests refused, by reason (queue_full, grading_busy, malformed, "
-        "too_large, unsupported_media_type, length_required, shutting_down).",
+        "too_large, unsupported_media_type, length_required, shutting_down, "
+        "unauthenticated, decode_busy, timeout).",
     ),
 }
 """The sidecar's own metrics (through the same meter provider / Prometheus endpoint as the
@@ -120,6 +131,10 @@ class SidecarStats:
         self.runs_regraded = 0
         self.late_ungraded = 0
         self.traces_ungraded: collections.Counter[str] = collections.Counter()
+        self.log_records_received = 0
+        self.log_records_held = 0
+        self.log_records_late = 0
+        self.metrics_requests = 0
 
     def add(self, **counts: int) -> None:
         with self._lock:
@@ -177,6 +192,8 @@ def register_metrics(meter: Any, service: Any) -> None:
         "attest.sidecar.spans.possible_duplicates": one(
             lambda: forwarder.stats.possible_duplicates
         ),
+        "attest.sidecar.log_records.received": one(lambda: stats.log_records_received),
+        "attest.sidecar.log_records.late": one(lambda: stats.log_records_late),
         "attest.sidecar.requests.rejected": by(lambda: dict(stats.rejections).items(), "reason"),
     }
     for name, (kind, unit, description) in METRICS.items():

@@ -27,9 +27,11 @@ alive by a span a second holds every request it was in, and so every segment):
   is deleted. Replay reads a record id from any segment at or after its own, and takes each
   id once, done if any segment's `.ack` says so (a crash between the copy and the delete
   leaves both copies, replayed once);
-- `max_bytes`: past it, a request is compacted for first and then refused (`BufferDirError`,
-  "retry later") rather than written, so the disk never fills. (The buffer's `max_hold_s`
-  is what makes the held records done eventually.)
+- `max_bytes`: within a segment (or a quarter) of it, requests are compacted for first (a
+  copy that would not fit beside the file it replaces is not made); past it a request is
+  refused (`BufferDirError`, "retry later") rather than written, so the disk never fills.
+  It counts what `du` counts: whole blocks, and the done marks to come. (The buffer's
+  `max_hold_s` is what makes the held records done eventually.)
 
 A write or fsync that fails (a full disk: ENOSPC, or EIO) raises `BufferDirError` and the
 request is not acknowledged (the receivers answer "retry later"): the partial record is
@@ -57,6 +59,7 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct("<IIQ")
 _ACK = struct.Struct("<Q")
 _SEGMENT_SHIFT = 32
+_BLOCK = 4096
 
 
 class BufferDirError(OSError):
@@ -71,6 +74,15 @@ class _Segment:
     pending: set[int] = field(default_factory=set)
     sealed: bool = False
     size: int = 0
+    acked: int = 0  # bytes of its .ack file
+
+    @property
+    def on_disk(self) -> int:
+        """What `du` counts for the segment and its .ack: whole file-system blocks. With
+        small requests the done marks are a few percent of the segment; the cap counts them,
+        and the marks its undone records will add."""
+        marks = self.acked + _ACK.size * len(self.pending)  # what .ack will hold at most
+        return -(-self.size // _BLOCK) * _BLOCK + -(-marks // _BLOCK) * _BLOCK
 
 
 class DurableLog:
@@ -139,6 +151,8 @@ class DurableLog:
             try:
                 records = self._read_records(path, seq)
                 segment.size = path.stat().st_size
+                with contextlib.suppress(FileNotFoundError):
+                    segment.acked = segment.ack_path.stat().st_size
             except OSError as e:  # a symlink (ELOOP), another user's file (EPERM), a bad disk
                 log.error(
                     "buffer-dir: %s cannot be read (%s); skipped, the rest is replayed",
@@ -251,6 +265,11 @@ class DurableLog:
             live = sum(self._sizes.get(rid, 0) for rid in segment.pending)
             if not segment.pending or (not force and live * 4 >= max(segment.size, 1)):
                 continue
+            moved = len(segment.pending)
+            if self.max_bytes is not None and (
+                self._footprint_with(active, live, moved) > self.max_bytes
+            ):
+                continue  # the copy sits beside the old file for a moment: it must fit too
             try:
                 records = [
                     r
@@ -288,7 +307,14 @@ class DurableLog:
     @property
     def disk_bytes(self) -> int:
         with self._lock:
-            return sum(s.size for s in self._segments.values())
+            return sum(s.on_disk for s in self._segments.values())
+
+    def _footprint_with(self, active: _Segment, need: int, records: int = 1) -> int:
+        """The directory's blocks once `need` more bytes (`records` records) are in `active`
+        and marked done."""
+        marks = active.acked + _ACK.size * (len(active.pending) + records)
+        grown = -(-(active.size + need) // _BLOCK) * _BLOCK + -(-marks // _BLOCK) * _BLOCK
+        return sum(s.on_disk for s in self._segments.values()) - active.on_disk + grown
 
     # --- the data path ---------------------------------------------------------------------
 
@@ -315,9 +341,12 @@ class DurableLog:
                 assert active is not None
             need = _HEADER.size + len(data)
             if self.max_bytes is not None:
-                if sum(s.size for s in self._segments.values()) + need > self.max_bytes:
+                # Compacted while a segment's room is left (a quarter of a small cap), so
+                # the copies fit beside the files they replace; at the cap, refused.
+                room = min(self.segment_bytes, self.max_bytes // 4)
+                if self._footprint_with(active, need) > self.max_bytes - room:
                     self._compact(force=True)
-                if sum(s.size for s in self._segments.values()) + need > self.max_bytes:
+                if self._footprint_with(active, need) > self.max_bytes:
                     self.refused_full += 1
                     raise BufferDirError(28, "the buffer dir is at buffer.max_dir_size_mib")
             rid = (active.seq << _SEGMENT_SHIFT) | self._next_index
@@ -432,6 +461,7 @@ class DurableLog:
         try:
             if segment is self._active:
                 _write_all(self._ack_fd, _ACK.pack(rid))
+                segment.acked += _ACK.size
             elif not segment.pending:
                 self._remove(segment)
                 del self._segments[segment.seq]
@@ -441,6 +471,7 @@ class DurableLog:
                     _write_all(fd, _ACK.pack(rid))
                 finally:
                     os.close(fd)
+                segment.acked += _ACK.size
         except OSError as e:  # a full disk: the record is replayed once more after a restart
             log.warning("buffer-dir: cannot mark a record done (%s)", e.strerror or e)
 

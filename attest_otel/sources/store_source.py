@@ -31,6 +31,7 @@ from attest_otel.store import (
     open_store,
     redact,
 )
+from attest_otel.store.blob import split as split_stored
 
 __all__ = ["StoreSource", "since_to_ns"]
 
@@ -96,10 +97,15 @@ class StoreSource:
         stored = self._read("read the trace store", lambda store: store.get_trace(tid))
         if stored is None:
             raise TraceNotFoundError(tid, f"the store {self.path}")
+        spans, logs = split_stored(stored.data)  # the log records the sidecar read with it
         try:
             decoded = decode_bytes(
-                stored.data, "application/x-protobuf", source=f"{self.path} trace {tid}"
+                spans, "application/x-protobuf", source=f"{self.path} trace {tid}"
             )
+            if logs:
+                decoded.logs += decode_bytes(
+                    logs, "application/x-protobuf", source=f"{self.path} trace {tid} logs"
+                ).logs
         except InputError as e:
             raise SourceError(f"{self.path}: stored trace {tid} is corrupt: {e.problem}") from None
         grades = {g.span_id: g.result for g in stored.grades}

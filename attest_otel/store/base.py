@@ -26,6 +26,7 @@ __all__ = [
     "CallCount",
     "GradeFacts",
     "GradeSummary",
+    "ReviewRow",
     "Store",
     "WorstRow",
     "Writer",
@@ -33,6 +34,7 @@ __all__ = [
     "is_url",
     "part_digest",
     "redact",
+    "review_reasons",
     "url_problem",
 ]
 
@@ -209,6 +211,30 @@ class WorstRow:
 
 
 @dataclass(frozen=True, slots=True)
+class ReviewRow:
+    """A run graded `review`, as the report lists it apart: why, in the grade's own words."""
+
+    trace_id: str
+    span_id: str
+    agent: str | None
+    graded_ns: int
+    unread: bool
+    """The run could not be read whole (its grade names gaps), rather than a check failed."""
+    reasons: tuple[str, ...]
+
+
+def review_reasons(result: Mapping[str, Any]) -> tuple[bool, tuple[str, ...]]:
+    """(whether the run was not read whole, why it is `review`) from a stored `CheckResult`:
+    its gaps (docs/rules.md, point 13), else its warning findings' reasons."""
+    meta = result.get("metadata")
+    gaps = meta.get("gaps") if isinstance(meta, Mapping) else None
+    if isinstance(gaps, list) and gaps:
+        return True, tuple(str(g) for g in gaps)
+    findings = [f for f in (result.get("findings") or []) if isinstance(f, Mapping)]
+    return False, tuple(str(f.get("reason") or "") for f in findings if f.get("severity") == "warn")
+
+
+@dataclass(frozen=True, slots=True)
 class GradeSummary:
     """A window of grades, counted by the store (see the module docstring)."""
 
@@ -223,3 +249,9 @@ class GradeSummary:
     hours: list[tuple[int, int, int]] = field(default_factory=list)
     """(hour since the epoch, runs passed, runs), for the report's pass rate over time."""
     worst: list[WorstRow] = field(default_factory=list)
+    review: int = 0
+    """Runs graded `review` in the window."""
+    unread: int = 0
+    """Of those, runs that could not be read whole."""
+    reviews: list[ReviewRow] = field(default_factory=list)
+    """The latest `review` runs, newest first."""

@@ -116,6 +116,11 @@ CREATE INDEX grade_calls_problems
 """
         + backfill_sql(),
     ),
+    (
+        3,
+        "an index of the runs graded review, which report counts and lists apart",
+        "CREATE INDEX grades_review ON grades (graded_ns DESC) WHERE verdict = 'review';",
+    ),
 )
 
 

@@ -18,7 +18,11 @@ What a fleet adds to the single writer of the SQLite store:
   among grades of the same span set or larger.
 - Counting for `report` is SQL over `grade_calls` (see `migrations`), not Python over rows.
 - Retention by age and by total size, as in SQLite; a prune another sidecar is already
-  running is skipped, not waited for.
+  running is skipped, not waited for. The size is what the store's tables take in the
+  database's files (`pg_total_relation_size`: rows, TOAST, indexes; not the server's own
+  WAL), not the spans' bytes. A deletion frees space inside those files, not on the disk:
+  `VACUUM` after a prune makes it reusable, so the files stop growing instead of shrinking.
+  `docs/sizing.md` has the measured margin.
 """
 
 from __future__ import annotations
@@ -36,15 +40,18 @@ from attest_otel.errors import SourceError, UsageError
 from attest_otel.store.base import (
     URL_SCHEMES,
     GradeSummary,
+    ReviewRow,
     WorstRow,
     grade_facts,
     is_url,
     part_digest,
     redact,
+    review_reasons,
     url_problem,
 )
 from attest_otel.store.migrations import LOCK_KEY, migrate
 from attest_otel.store.rollup import Deltas, edges, summary_sql
+from attest_otel.store.sizing import TableBudget
 from attest_otel.store.sqlite import StoredGrade, StoredTrace, grades_from_rows
 
 __all__ = ["URL_SCHEMES", "PostgresStore", "PutItem", "Unreachable", "is_url", "redact"]
@@ -57,6 +64,24 @@ wrong". `psycopg_pool.PoolTimeout` is an OperationalError."""
 
 PutItem = tuple[str, bytes, int, Sequence[StoredGrade], Sequence[str] | None, Sequence[str] | None]
 """(trace id, OTLP bytes, span count, grades, basis digests, every run's span id)."""
+
+
+_TABLES = (
+    "traces",
+    "trace_parts",
+    "grades",
+    "grade_calls",
+    "grade_recoveries",
+    "rollup_agents",
+    "rollup_calls",
+    "rollup_recoveries",
+)
+_SIZE_SQL = (
+    "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
+    " WHERE c.relname = ANY(%s) AND c.relkind = 'r' AND pg_table_is_visible(c.oid)"
+)
+
+_TOAST_OVERHEAD = 1.06  # 4 chunks of 1996 bytes in an 8 KiB page, with their headers and index
 
 
 def _one_line(error: BaseException) -> str:
@@ -85,6 +110,7 @@ class PostgresStore:
         self.max_age_s = max_age_s
         self.max_bytes = max_bytes
         self.readonly = readonly
+        self._budget = TableBudget.for_cap(max_bytes) if max_bytes is not None else None
         problem = url_problem(url)
         try:
             psycopg.conninfo.conninfo_to_dict(url)
@@ -347,19 +373,72 @@ class PostgresStore:
                     "DELETE FROM traces WHERE updated_ns < %s RETURNING trace_id", (cutoff,)
                 )
                 doomed += [str(r[0]) for r in cur.fetchall()]
-            if self.max_bytes is not None:
-                cur.execute(
-                    "DELETE FROM traces WHERE trace_id IN (SELECT trace_id FROM ("
-                    " SELECT trace_id, sum(size_bytes) OVER (ORDER BY updated_ns DESC,"
-                    " trace_id DESC) AS newer FROM traces) t WHERE newer > %s)"
-                    " RETURNING trace_id",
-                    (self.max_bytes,),
-                )
-                doomed += [str(r[0]) for r in cur.fetchall()]
+            if self._budget is not None:
+                doomed += self._doomed_by_size(cur, self._budget)
             if doomed:
                 _delete_grades(cur, "trace_id = ANY(%s)", (doomed,), deltas)
                 deltas.apply(cur)
+        if doomed:
+            self._vacuum()
         return len(doomed)
+
+    def disk_bytes(self) -> int:
+        """What the store's tables take in the database's files, indexes and TOAST included."""
+        return int(self._rows(_SIZE_SQL, (list(_TABLES),))[0][0] or 0)
+
+    def over_cap(self) -> bool:
+        """Whether a prune would delete for size now (one cheap query while under)."""
+        budget = self._budget
+        if budget is None:
+            return False
+        with self._pool.connection() as conn, conn.cursor() as cur:
+            return self._live_bytes(cur, budget) > budget.high
+
+    @staticmethod
+    def _live_bytes(cur: psycopg.Cursor[Any], budget: TableBudget) -> int:
+        """The tables' size less the free space a prune left in the spans' TOAST: the files
+        do not shrink after a delete (VACUUM makes the space reusable), so their size alone
+        would ask for a prune after every prune. The spans' bytes as stored, plus TOAST's
+        page overhead, stand for what is in use there; the other tables count whole."""
+        cur.execute(_SIZE_SQL, (list(_TABLES),))
+        size = int(cur.fetchone()[0] or 0)  # type: ignore[index]
+        if size <= budget.high:
+            return size  # the files bound what is in use: nothing more to ask
+        cur.execute(
+            "SELECT pg_total_relation_size(reltoastrelid),"
+            " (SELECT COALESCE(sum(pg_column_size(data)), 0) FROM trace_parts)"
+            " FROM pg_class WHERE oid = 'trace_parts'::regclass"
+        )
+        toast, stored = (int(v or 0) for v in cur.fetchone() or (0, 0))
+        return size - toast + min(toast, int(stored * _TOAST_OVERHEAD))
+
+    def _doomed_by_size(self, cur: psycopg.Cursor[Any], budget: TableBudget) -> list[str]:
+        live = self._live_bytes(cur, budget)
+        if live <= budget.high:
+            return []
+        cur.execute("SELECT COALESCE(sum(size_bytes), 0) FROM traces")
+        data = int(cur.fetchone()[0])  # type: ignore[index]
+        # Grades, tallies, indexes and page slack scale with the spans: the ratio of what
+        # is in use to span bytes says how much deleting a trace gives back.
+        keep = int(budget.low / (live / data)) if data else 0
+        cur.execute(
+            "DELETE FROM traces WHERE trace_id IN (SELECT trace_id FROM ("
+            " SELECT trace_id, sum(size_bytes) OVER (ORDER BY updated_ns DESC,"
+            " trace_id DESC) AS newer FROM traces) t WHERE newer > %s)"
+            " RETURNING trace_id",
+            (keep,),
+        )
+        return [str(r[0]) for r in cur.fetchall()]
+
+    def _vacuum(self) -> None:
+        """Makes what a prune freed reusable now, not when autovacuum comes by (a minute
+        or more, while the files would keep growing); outside a transaction, as VACUUM
+        must be. A failure (not the tables' owner) is logged: autovacuum still comes."""
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                conn.execute("VACUUM " + ", ".join(_TABLES))
+        except psycopg.Error as e:
+            log.warning("store %s: VACUUM after a prune failed: %s", self.location, _one_line(e))
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -452,6 +531,18 @@ class PostgresStore:
                 " LIMIT %s",
                 (*window, limit),
             ).fetchall()
+            # Runs graded review count as passed: counted and listed apart (`grades_review`).
+            review, unread = conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE position('\"gaps\"' in result) > 0)"
+                " FROM grades WHERE verdict = 'review' AND graded_ns BETWEEN %s AND %s",
+                window,
+            ).fetchone() or (0, 0)
+            reviews = conn.execute(
+                "SELECT trace_id, span_id, agent, graded_ns, result FROM grades"
+                " WHERE verdict = 'review' AND graded_ns BETWEEN %s AND %s"
+                " ORDER BY graded_ns DESC, trace_id, span_id LIMIT %s",
+                (*window, limit),
+            ).fetchall()
         return GradeSummary(
             agents=[(a, int(p), int(n)) for a, p, n in agents],
             calls=[
@@ -465,6 +556,9 @@ class PostgresStore:
                 WorstRow(str(t), str(s), a, int(g), float(sc), str(v), int(f), _summary_of(text))
                 for t, s, a, g, sc, v, f, text in worst
             ],
+            review=int(review),
+            unread=int(unread),
+            reviews=[_review_row(str(t), str(s), a, int(g), text) for t, s, a, g, text in reviews],
         )
 
 
@@ -491,6 +585,17 @@ def _delete_grades(
                 deltas.call(int(row[0]), row[1], row[2], row[3], int(row[4]), row[5], row[6], -1)
             else:
                 deltas.recovery(int(row[0]), row[1], int(row[2]), -1)
+
+
+def _review_row(
+    trace_id: str, span_id: str, agent: str | None, graded_ns: int, text: str
+) -> ReviewRow:
+    try:
+        result = json.loads(text)
+    except (TypeError, ValueError):
+        result = {}
+    unread, reasons = review_reasons(result if isinstance(result, dict) else {})
+    return ReviewRow(trace_id, span_id, agent, graded_ns, unread, reasons)
 
 
 def _summary_of(text: str) -> str:

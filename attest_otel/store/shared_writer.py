@@ -11,7 +11,9 @@ sends elsewhere.
 
 With a spool directory (`<buffer-dir>/store-queue`) every queued write is also appended to a
 segment file before `put` returns, and a segment is deleted once all its writes are in the
-database: a sidecar killed with `kill -9` writes them on its next start. Appends are not
+database: a sidecar killed with `kill -9` writes them on its next start. The bound holds on
+disk too: a segment is an eighth of it, and the spool's files (written writes kept until
+their segment empties included) never pass it. Appends are not
 fsynced (a power cut may lose the last ones; a killed process does not). Writing a record
 twice is harmless: parts are keyed by digest and a grade replaces only one from no more
 spans.
@@ -138,6 +140,8 @@ class SharedStoreWriter:
         self._refused_at = 0.0
         self._logged_at = 0.0
         self._segments: dict[int, int] = {}
+        self._segment_bytes = min(_SEGMENT_BYTES, max(max_bytes // 8, 64 * 1024))
+        self._files: dict[int, int] = {}  # each spool file's bytes
         self._segment = 0
         self._fd: int | None = None
         self._segment_size = 0
@@ -186,6 +190,7 @@ class SharedStoreWriter:
                 path.unlink(missing_ok=True)
                 continue
             self._segments[segment] = len(items)
+            self._files[segment] = path.stat().st_size
             for item in items:
                 self._items.append(item)
                 self._bytes += item.size
@@ -203,24 +208,34 @@ class SharedStoreWriter:
             os.close(self._fd)
             if not self._segments.get(self._segment):
                 self._path(self._segment).unlink(missing_ok=True)
+                self._files.pop(self._segment, None)
         self._segment = segment
         self._segment_size = 0
+        self._files[segment] = 0
         self._fd = os.open(  # no symlink followed (docs/hostile-input.md)
             self._path(segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600
         )
 
-    def _spool(self, item: _Pending) -> None:
+    def _spool_full(self, blob: bytes) -> bool:
+        """Whether `blob` would take the spool's files past the bound (under the lock)."""
+        if self._fd is None:
+            return False
+        files = dict(self._files)
+        files[self._segment] = files.get(self._segment, 0) + len(blob)
+        return sum(-(-n // 4096) * 4096 for n in files.values()) > self.max_bytes  # du's blocks
+
+    def _spool(self, item: _Pending, blob: bytes) -> None:
         if self._fd is None:
             return
-        if self._segment_size >= _SEGMENT_BYTES:
+        if self._segment_size >= self._segment_bytes:
             self._new_segment(self._segment + 1)
-        blob = _encode(item)
         try:
             os.write(self._fd, blob)
         except OSError as e:  # kept in memory: written unless the process dies first
             log.error("store: cannot spool a write under %s (%s)", self.spool_dir, e.strerror or e)
             return
         self._segment_size += len(blob)
+        self._files[self._segment] = self._segment_size
         item.segment = self._segment
         self._segments[self._segment] = self._segments.get(self._segment, 0) + 1
 
@@ -233,9 +248,11 @@ class SharedStoreWriter:
             del self._segments[segment]
             if segment != self._segment:
                 self._path(segment).unlink(missing_ok=True)
+                self._files.pop(segment, None)
             elif self._fd is not None:
                 os.ftruncate(self._fd, 0)
                 self._segment_size = 0
+                self._files[segment] = 0
 
     # --- the queue -------------------------------------------------------------------------
 
@@ -266,8 +283,9 @@ class SharedStoreWriter:
             size,
             -1,
         )
+        blob = _encode(item) if self.spool_dir is not None else b""
         with self._cond:
-            if self._items and self._bytes + size > self.max_bytes:
+            if self._items and (self._bytes + size > self.max_bytes or self._spool_full(blob)):
                 self.dropped += 1
                 self._refused_at = time.monotonic()
                 self._warn(
@@ -276,7 +294,7 @@ class SharedStoreWriter:
                     f"{self.dropped} trace write(s) refused so far"
                 )
                 return
-            self._spool(item)
+            self._spool(item, blob)
             self._items.append(item)
             self._bytes += size
             self._cond.notify_all()
@@ -333,7 +351,7 @@ class SharedStoreWriter:
                 self._busy = 0
                 self._cond.notify_all()
             since_prune += len(batch)
-            if since_prune >= self._prune_every:
+            if since_prune >= self._prune_every or self._over_cap():
                 since_prune = 0
                 self._prune()
             for trace_id in stale:
@@ -396,6 +414,14 @@ class SharedStoreWriter:
                 self.errors += 1
                 log.exception("store: could not write trace %s", i.trace_id)
         return stale
+
+    def _over_cap(self) -> bool:
+        """Checked after every batch (one cheap query): the size cap holds between the
+        age prunes, which come every `prune_every` writes."""
+        try:
+            return self._store.over_cap()
+        except psycopg.Error:
+            return False
 
     def _prune(self) -> None:
         try:

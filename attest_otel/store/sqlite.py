@@ -8,7 +8,11 @@ each run, keyed by the run's agent span.
 SQLite in WAL mode lets the CLI read while the sidecar writes. The sidecar writes from one
 thread (`StoreWriter`), so grading never waits on the disk and a slow or full disk costs
 store entries (counted), never telemetry. Retention is by age and by total size of the
-trace data, oldest first, checked every `prune_every` writes.
+store on disk, oldest first: the cap (`max_bytes`) counts what `du` counts, the database's
+pages and its -wal and -shm files, not the spans' bytes (which are about half of it: grades,
+indexes and page overhead are the rest). The database uses incremental auto-vacuum, so the
+pages a prune frees are given back to the file system at once; a database made before this
+was converted once, at open (`VACUUM`). `docs/sizing.md` has the measured margin.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import orjson
 from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.errors import SourceError
 from attest_otel.store.scrub import scrub_result, scrub_traces
+from attest_otel.store.sizing import DiskBudget
 
 __all__ = ["StoreWriter", "StoredGrade", "StoredTrace", "TraceStore", "default_store_path"]
 
@@ -165,6 +170,7 @@ class TraceStore:
         self.max_age_s = max_age_s
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._budget: DiskBudget | None = None
         if readonly:
             if not self.path.is_file():
                 raise SourceError(
@@ -180,10 +186,54 @@ class TraceStore:
             # its own write. 16 KB pages halve the writer's CPU per span (bench_sidecar's
             # agent load); it takes effect in a new file, before the WAL switch.
             self._db.execute("PRAGMA page_size=16384")
+            # Freed pages go back to the file system only with auto-vacuum, which a new
+            # file takes here, before its first table; an older file is converted below.
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
             self._db.commit()
+            if max_bytes is not None:
+                page = int(self._db.execute("PRAGMA page_size").fetchone()[0])
+                self._budget = DiskBudget.for_cap(max_bytes, page)
+                self._db.execute(f"PRAGMA wal_autocheckpoint={self._budget.wal_pages}")
+                self._db.execute(f"PRAGMA journal_size_limit={self._budget.wal_bytes}")
+                self._convert_to_incremental_vacuum()
+
+    def _convert_to_incremental_vacuum(self) -> None:
+        """A store made before the cap counted the disk has no auto-vacuum: its file never
+        shrinks. One `VACUUM` converts it (it rewrites the file, so it needs that much free
+        disk for a moment, and it says so in the log)."""
+        if int(self._db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2:
+            return
+        size = self.disk_bytes()
+        log.warning(
+            "store: converting %s (%.1f MiB) to incremental vacuum, once, so it can stay "
+            "under store.max_size_mib",
+            self.path,
+            size / 2**20,
+        )
+        try:
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as e:  # busy, or no room for the copy: the next start tries again
+            log.warning("store: could not convert %s (%s); it will not shrink", self.path, e)
+
+    def disk_bytes(self) -> int:
+        """What the store takes on disk: the database file, its -wal and its -shm, in the
+        blocks the file system allocated (what `du` says)."""
+        total = 0
+        for one in (
+            self.path,
+            *(self.path.with_name(self.path.name + x) for x in ("-wal", "-shm")),
+        ):
+            try:
+                st = one.stat()
+            except FileNotFoundError:
+                continue
+            total += st.st_blocks * 512
+        return total
 
     def close(self) -> None:
         with self._lock:
@@ -218,9 +268,17 @@ class TraceStore:
     ) -> None:
         """`put_trace` for several traces in one transaction (one commit, not one each)."""
         now = time.time_ns() if now_ns is None else now_ns
-        with self._lock, self._db:
-            for trace_id, data, span_count, grades in items:
-                self._put(trace_id, data, span_count, grades, now)
+        with self._lock:
+            with self._db:
+                for trace_id, data, span_count, grades in items:
+                    self._put(trace_id, data, span_count, grades, now)
+            self._keep_under_cap()
+
+    @property
+    def batch_bytes(self) -> int:
+        """How many bytes of spans one transaction should carry: a commit puts them in the
+        -wal file first, so under a small cap a large batch alone would pass it."""
+        return self._budget.batch_bytes if self._budget is not None else 8 * 2**20
 
     def _put(
         self, trace_id: str, data: bytes, span_count: int, grades: Sequence[StoredGrade], now: int
@@ -264,7 +322,7 @@ class TraceStore:
         """Deletes traces past the age limit, then the oldest until under the size limit."""
         now = time.time_ns() if now_ns is None else now_ns
         removed = 0
-        with self._lock, self._db:
+        with self._lock:
             if self.max_age_s is not None:
                 cutoff = now - int(self.max_age_s * 1e9)
                 old = [
@@ -273,21 +331,66 @@ class TraceStore:
                         "SELECT trace_id FROM traces WHERE updated_ns < ?", (cutoff,)
                     )
                 ]
-                removed += self._delete(old)
-            if self.max_bytes is not None:
-                total = self._db.execute(
-                    "SELECT COALESCE(SUM(size_bytes), 0) FROM traces"
-                ).fetchone()[0]
-                if total > self.max_bytes:
-                    doomed: list[str] = []
-                    for trace_id, size in self._db.execute(
-                        "SELECT trace_id, size_bytes FROM traces ORDER BY updated_ns"
-                    ):
-                        if total <= self.max_bytes:
-                            break
-                        doomed.append(trace_id)
-                        total -= size
-                    removed += self._delete(doomed)
+                with self._db:
+                    removed += self._delete(old)
+            removed += self._keep_under_cap(force=removed > 0)
+        return removed
+
+    def _wal_size(self) -> int:
+        try:
+            return self.path.with_name(self.path.name + "-wal").stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _give_back(self, budget: DiskBudget) -> None:
+        """Free pages back to the file system, a -wal's slice at a time: the vacuum moves
+        pages through the -wal, and the file shrinks at the checkpoint after it. A reader
+        that keeps the checkpoint from finishing stops this until a later write; the free
+        pages are reused meanwhile and are not counted as used."""
+        while self._pages("freelist_count") > 0:
+            # Each step of this pragma frees one page, and `execute` steps once where
+            # `executescript` runs each statement to the end.
+            self._db.executescript(f"PRAGMA incremental_vacuum({budget.wal_pages});")
+            busy = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            if busy:
+                return
+
+    def _pages(self, name: str) -> int:
+        return int(self._db.execute(f"PRAGMA {name}").fetchone()[0])
+
+    def _keep_under_cap(self, *, force: bool = False) -> int:
+        """Called with the lock held, after each write: when the database's pages in use
+        pass the budget's high mark, the oldest traces go until they are under its low
+        mark (so a prune frees room for many writes, not one), then the freed pages are
+        given back and the -wal file cut short. `force`: give back what an age prune freed."""
+        budget = self._budget
+        if budget is None:
+            return 0
+        page = self._pages("page_size")
+        used = (self._pages("page_count") - self._pages("freelist_count")) * page
+        removed = 0
+        if used > budget.db_high:
+            data = int(
+                self._db.execute("SELECT COALESCE(SUM(size_bytes), 0) FROM traces").fetchone()[0]
+            )
+            # Grades, indexes and page slack scale with the spans: the ratio of pages in use
+            # to span bytes says how much disk deleting a trace gives back.
+            per_byte = used / data if data else 1.0
+            excess = used - budget.db_low
+            doomed: list[str] = []
+            for trace_id, size in self._db.execute(
+                "SELECT trace_id, size_bytes FROM traces ORDER BY updated_ns, trace_id"
+            ):
+                if excess <= 0:
+                    break
+                doomed.append(trace_id)
+                excess -= max(int(size * per_byte), page // 4)
+            with self._db:
+                removed = self._delete(doomed)
+        if removed or force or self._pages("freelist_count") > budget.wal_pages:
+            self._give_back(budget)
+        elif self._wal_size() > budget.wal_bytes:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return removed
 
     def _delete(self, trace_ids: list[str]) -> int:
@@ -424,12 +527,19 @@ class StoreWriter:
         while True:
             first = self._queue.get()
             batch = [first]
-            # Whatever queued meanwhile goes in the same transaction: one commit per batch.
-            while first is not None and len(batch) < 200:
+            # Whatever queued meanwhile goes in the same transaction: one commit per batch,
+            # up to the bytes the store's -wal has room for.
+            size = len(first.data) if first is not None else 0
+            limit = self.store.batch_bytes
+            while first is not None and len(batch) < 200 and size < limit:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    one = self._queue.get_nowait()
                 except queue.Empty:
                     break
+                batch.append(one)
+                if one is None:
+                    break
+                size += len(one.data)
             items = [i for i in batch if i is not None]
             if items:
                 try:

@@ -60,6 +60,11 @@ def _status_only(run: dict[str, Any]) -> dict[str, Any]:
         run.get("policy", {}).get("tool_fallbacks") or {},
     )
     verdict = "fail" if any(c["verdict_offline"] != "correct" for c in calls) else "pass"
+    if verdict == "pass" and any(c["error_style"] != "raised" for c in run["calls"]):
+        # A call that did not raise has a result nobody captured: an error it returned
+        # cannot be seen, so the run was not read whole (docs/rules.md, point
+        # 13) and is `review`, never a plain pass.
+        verdict = "review"
     return {**run, "task": "", "final_answer": None, "calls": calls, "verdict_offline": verdict}
 
 

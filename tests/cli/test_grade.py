@@ -56,7 +56,9 @@ def test_grade_json_has_traces_runs_and_span_ids(runner: CliRunner) -> None:
         "task",
         "final_answer",
         "content_captured",
+        "gaps",
         "stored_grade",
+        "regraded",
         "result",
     }
     assert run["content_captured"] is True

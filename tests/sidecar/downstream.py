@@ -33,6 +33,8 @@ class Downstream:
         self.metadata: dict[str, list[dict[str, str]]] = {"traces": [], "logs": [], "metrics": []}
         """The metadata (headers) each request came with, by signal."""
         self.refused = 0
+        self.all_down = False
+        """With `down`: logs and metrics are refused too (else only traces)."""
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
 
@@ -79,7 +81,7 @@ class Downstream:
         def export(request: bytes, context: Any) -> bytes:
             if self.delay_s:
                 time.sleep(self.delay_s)
-            if self.down and signal == "traces":
+            if self.down and (signal == "traces" or self.all_down):
                 with self._cond:
                     self.refused += 1
                 context.abort(grpc.StatusCode.UNAVAILABLE, "downstream told to be down")

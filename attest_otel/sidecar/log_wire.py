@@ -1,0 +1,138 @@
+"""OTLP logs and metrics requests at the protobuf wire level, as `wire` does for traces.
+
+An `ExportLogsServiceRequest` is framed exactly like a traces request: field 1 repeated
+`ResourceLogs` (resource 1, scope_logs 2, schema_url 3), each `ScopeLogs` (scope 1,
+log_records 2, schema_url 3). So a log record is cut out and re-framed under a copy of its
+resource and scope like a span (`wire.ScopeGroup`, `wire.encode_groups`), and a held
+trace's log records are a growing `LogsData` encoding, valid at every record boundary.
+Metrics requests share the framing too (`ResourceMetrics`, `ScopeMetrics`, metrics as
+field 2), which is all the forwarder needs to cut an oversized one (`wire.split_to_size`).
+
+What differs is where a record names its trace: `LogRecord.trace_id` is field 9 and
+`span_id` field 10 (field 1 is the timestamp), and `event_name` field 12.
+
+Requests of other signals share the durable log with traces: they are written there with a
+two-byte prefix (`tag`), which no protobuf encoding starts with (field number 0 is invalid),
+so a replayed record says which signal it was.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from attest_otel.sidecar.wire import ScopeGroup, WireError, _fields, split_request
+
+__all__ = [
+    "LOGS",
+    "METRICS",
+    "TRACES",
+    "is_genai_record",
+    "refused_trace_ids",
+    "split_logs",
+    "tag",
+    "untag",
+]
+
+TRACES = "traces"
+LOGS = "logs"
+METRICS = "metrics"
+
+_TAGS = {LOGS: b"\x00L", METRICS: b"\x00M"}
+_SIGNALS = {v: k for k, v in _TAGS.items()}
+
+_GENAI_EVENT = b"gen_ai."
+_JSON_TRACE_ID = re.compile(rb'"trace_?[iI]d"\s*:\s*"([0-9a-fA-F]{32})"')
+
+
+def tag(signal: str, data: bytes) -> bytes:
+    """The durable-log record of a request of `signal` (traces are written as they came)."""
+    prefix = _TAGS.get(signal)
+    return data if prefix is None else prefix + data
+
+
+def untag(record: bytes) -> tuple[str, bytes]:
+    """(signal, request bytes) of a durable-log record written by `tag`."""
+    signal = _SIGNALS.get(record[:2])
+    return (TRACES, record) if signal is None else (signal, record[2:])
+
+
+def _record_head(data: bytes, start: int, end: int) -> tuple[bytes, bytes, bytes]:
+    """(trace id, span id, event name) of the LogRecord encoded in data[start:end]."""
+    trace_id = span_id = event = b""
+    for number, wire_type, _tag, vstart, vend in _fields(data, start, end):
+        if wire_type != 2:
+            continue
+        if number == 9:
+            trace_id = data[vstart:vend]
+        elif number == 10:
+            span_id = data[vstart:vend]
+        elif number == 12:
+            event = data[vstart:vend]
+    return trace_id, span_id, event
+
+
+def split_logs(data: bytes) -> list[tuple[ScopeGroup, list[tuple[bytes, bytes]]]]:
+    """Every ScopeLogs of a logs request as a `ScopeGroup` whose `spans` are its log
+    records ((trace id, event name, record) with the record's tag and length), and beside
+    it each record's (span id, event name). Raises `WireError` on broken framing."""
+    try:
+        return _split_logs(data)
+    except IndexError:
+        raise WireError("truncated protobuf") from None
+
+
+def _split_logs(data: bytes) -> list[tuple[ScopeGroup, list[tuple[bytes, bytes]]]]:
+    out: list[tuple[ScopeGroup, list[tuple[bytes, bytes]]]] = []
+    for number, wire_type, _t, rl_start, rl_end in _fields(data, 0, len(data)):
+        if number != 1 or wire_type != 2:
+            continue
+        resource_parts: list[bytes] = []
+        scopes: list[tuple[int, int]] = []
+        for n, wt, tstart, vstart, vend in _fields(data, rl_start, rl_end):
+            if n == 2 and wt == 2:
+                scopes.append((vstart, vend))
+            else:
+                resource_parts.append(data[tstart:vend])
+        resource = b"".join(resource_parts)
+        for sl_start, sl_end in scopes:
+            scope_parts: list[bytes] = []
+            group = ScopeGroup(resource, b"")
+            heads: list[tuple[bytes, bytes]] = []
+            for n, wt, tstart, vstart, vend in _fields(data, sl_start, sl_end):
+                if n == 2 and wt == 2:
+                    trace_id, span_id, event = _record_head(data, vstart, vend)
+                    group.spans.append((trace_id, event, data[tstart:vend]))
+                    heads.append((span_id, event))
+                else:
+                    scope_parts.append(data[tstart:vend])
+            group.scope_fields = b"".join(scope_parts)
+            out.append((group, heads))
+    return out
+
+
+def is_genai_record(group: ScopeGroup, event: bytes, record: bytes) -> bool:
+    """Whether a log record may carry a run's content: a GenAI scope, a `gen_ai.*` event
+    name, or `gen_ai` anywhere in its bytes (an `event.name` attribute, a message key). A
+    false match only holds a record with its trace for a while."""
+    return event.startswith(_GENAI_EVENT) or group.is_genai_scope() or b"gen_ai" in record
+
+
+def refused_trace_ids(signal: str, body: bytes, is_json: bool) -> set[str]:
+    """The trace ids (hex) a refused request names, read without parsing it whole: what the
+    held runs of those traces are told (a gap) when the request is refused for its size.
+    Best effort: a body that cannot be read names none."""
+    if signal == METRICS:
+        return set()
+    if is_json:
+        return {m.group(1).decode().lower() for m in _JSON_TRACE_ID.finditer(body)}
+    try:
+        if signal == LOGS:
+            ids: Iterable[bytes] = (
+                trace_id for group, _ in split_logs(body) for trace_id, _, _ in group.spans
+            )
+        else:
+            ids = (trace_id for group in split_request(body) for trace_id, _, _ in group.spans)
+        return {t.hex() for t in ids if len(t) == 16 and any(t)}
+    except WireError:
+        return set()
