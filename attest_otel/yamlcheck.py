@@ -99,8 +99,11 @@ def _last_line_mark(text: str, mark: yaml.Mark) -> yaml.Mark:
 def compose(text: str, source: str) -> Node | None:
     """The node tree (which keeps every line number), or None for an empty document.
 
-    Invalid YAML is one PolicyError naming its line: nothing after it can be checked.
+    Invalid YAML is one PolicyError naming its line: nothing after it can be checked. So
+    is a file whose aliases expand it past `MAX_EXPANDED_NODES` (`_check_expansion`).
     """
+    if len(text) > MAX_TEXT_CHARS:
+        raise PolicyError(source, [f"larger than {MAX_TEXT_CHARS} characters"])
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as e:
@@ -124,7 +127,59 @@ def compose(text: str, source: str) -> Node | None:
         raise PolicyError(source, [f"invalid YAML: {e}"]) from None
     if node is None or is_null(node):
         return None
+    _check_expansion(node, source)
     return node
+
+
+MAX_TEXT_CHARS = 4 * 1024 * 1024
+MAX_EXPANDED_NODES = 100_000
+"""What a file may expand to once its aliases are followed. A checker walks values as a
+tree, and nine aliases of nine aliases (a "billion laughs") make a small file a tree of
+a billion nodes: the command hung. A real policy or config holds a few hundred."""
+
+
+def _check_expansion(root: Node, source: str) -> None:
+    """PolicyError when the tree under `root`, with every alias followed, has more than
+    `MAX_EXPANDED_NODES` nodes or refers to itself. Counted per distinct node (shared
+    nodes are counted once, then multiplied), so the count itself is linear in the file."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            open_.discard(key)
+            total = 1 + sum(sizes[id(c)] for c in children)
+            sizes[key] = total
+            if total > MAX_EXPANDED_NODES:
+                raise PolicyError(
+                    source,
+                    [
+                        f"line {node.start_mark.line + 1}: expands to more than "
+                        f"{MAX_EXPANDED_NODES} values through its aliases (*name); "
+                        "write the values out"
+                    ],
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in open_:
+            raise PolicyError(
+                source, [f"line {node.start_mark.line + 1}: an alias refers to itself"]
+            )
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
 
 
 def is_null(node: Node) -> bool:

@@ -21,6 +21,7 @@ from attest_otel.adapt.explain import SpanReading, gaps
 from attest_otel.cli.common import config_option
 from attest_otel.cli.sources import load_trace, trace_source_options
 from attest_otel.errors import UsageError
+from attest_otel.terminal import printable
 
 
 @click.command()
@@ -79,7 +80,8 @@ def inspect(
         if as_json:
             click.echo(json.dumps(_as_dict(trace), ensure_ascii=False))
         else:
-            click.echo("\n".join(_lines(trace)))
+            # Span names and content are the sender's: shown, never sent to the terminal.
+            click.echo(printable("\n".join(_lines(trace))))
 
 
 def _as_dict(trace: TraceRuns) -> dict[str, Any]:

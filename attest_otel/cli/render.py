@@ -1,6 +1,8 @@
 """Human-readable grades for a terminal: a failing call has to stand out at a glance.
 
 Plain text with optional colour; the CLI decides whether colour is on (a terminal) or off.
+Every piece of span content goes through `terminal.printable` before it is styled, so a
+tool name or result cannot send the terminal commands (attest_otel/terminal.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import click
 from attest_otel.adapt.explain import capture_hints
 from attest_otel.model import CheckResult, Finding, Run, shown_score
 from attest_otel.pipeline import GradedTrace
+from attest_otel.terminal import printable
 
 _MARK = {"pass": "✓", "warn": "?", "fail": "✗"}
 _COLOUR = {"pass": "green", "warn": "yellow", "fail": "red"}
@@ -31,7 +34,7 @@ def wrapped(text: str | None, indent: str, columns: int | None = None) -> str:
     """A reason in full, wrapped to the terminal: a cut reason hides the part that says
     what to do (which step recovered it, what the answer claimed)."""
     return textwrap.fill(
-        " ".join((text or "").split()),
+        printable(" ".join((text or "").split()), newlines=False),
         width=columns or width(),
         initial_indent=indent,
         subsequent_indent=indent,
@@ -40,7 +43,7 @@ def wrapped(text: str | None, indent: str, columns: int | None = None) -> str:
 
 
 def one_line(text: str | None, width: int = 90) -> str:
-    flat = " ".join((text or "").split())
+    flat = printable(" ".join((text or "").split()), newlines=False)
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
@@ -49,25 +52,27 @@ def call_sequence(names: Sequence[str], width: int = 110) -> str:
     many were left out: a 30,000-call run is one short line, not 300 KB of one."""
     if not names:
         return "none"
-    folded: list[str] = []
+    runs: list[tuple[str, int]] = []  # (name, repeats); a name may hold " x" itself
     i = 0
     while i < len(names):
         j = i
         while j + 1 < len(names) and names[j + 1] == names[i]:
             j += 1
-        folded.append(names[i] if j == i else f"{names[i]} x{j - i + 1}")
+        runs.append((names[i], j - i + 1))
         i = j + 1
+    folded = [name if n == 1 else f"{name} x{n}" for name, n in runs]
     text = " -> ".join(folded)
     if len(text) <= width:
         return text
     kept: list[str] = []
     used = 0
-    for part in folded:
+    shown = 0
+    for part, (_name, n) in zip(folded, runs, strict=True):
         if used + len(part) + 4 > width and kept:
             break
         kept.append(part)
         used += len(part) + 4
-    shown = sum(int(p.rsplit(" x", 1)[1]) if " x" in p else 1 for p in kept)
+        shown += n
     return " -> ".join(kept) + f" -> ... ({len(names) - shown} more calls, {len(names)} in all)"
 
 
@@ -92,7 +97,9 @@ def finding_line(finding: Finding, *, indent: str = "  ") -> str:
     if recovery:
         at = finding.metadata.get("recovered_at")
         extra = f" [{recovery}{f' at step {at}' if at is not None else ''}]"
-    line = f"{indent}{mark} step {finding.step:<2} {finding.subject:<24} {verdict}{extra}"
+    subject = printable(finding.subject, newlines=False)
+    extra = printable(extra, newlines=False)
+    line = f"{indent}{mark} step {finding.step:<2} {subject:<24} {verdict}{extra}"
     if finding.severity != "pass":
         columns = width()
         line += "\n" + wrapped(finding.reason, indent + "    ", columns)
@@ -107,7 +114,9 @@ def run_block(title: str, run: Run, result: CheckResult, *, indent: str = "") ->
     if run.task:
         lines.append(f"{indent}  task: {one_line(run.task)}")
     if result.findings:
-        sequence = call_sequence([f.subject for f in result.findings])
+        sequence = call_sequence(
+            [printable(" ".join(f.subject.split()), newlines=False) for f in result.findings]
+        )
         lines.append(f"{indent}  sequence: {sequence}")
         passing = sum(f.severity == "pass" for f in result.findings)
         fold = passing > MAX_PASSING_LINES
@@ -175,16 +184,16 @@ def trace_block(graded: GradedTrace) -> str:
     returned error is invisible, and a clean grade would look like more than it is."""
     trace = graded.trace
     results = graded.results
-    lines = [click.style(f"trace {trace.trace_id}", bold=True)]
+    lines = [click.style(f"trace {printable(trace.trace_id, newlines=False)}", bold=True)]
     for g in graded.runs:
-        title = f"  run {g.run.agent or '(no agent name)'}"
+        title = f"  run {printable(g.run.agent or '(no agent name)', newlines=False)}"
         if g.stored:
             title += "  (the grade the sidecar stored)"
         elif g.regraded:
             title += f"  (graded again: {g.regraded})"
         lines.append(run_block(title, g.run, g.result, indent=""))
     if not any(result.findings for result in results):
-        seen = ", ".join(trace.dialects) or "none"
+        seen = printable(", ".join(trace.dialects), newlines=False) or "none"
         lines.append(f"  note: no tool call recognised in this trace; span dialects seen: {seen}")
     if not all(run.content_captured for run in trace.runs):
         hints = "; ".join(capture_hints(trace.dialects)) or "the framework's content switch"

@@ -2,8 +2,10 @@
 
 Debian's Prometheus (2.42) has no OTLP receiver, so it has to scrape us. The OpenTelemetry
 Prometheus exporter turns the SDK's metrics into prometheus_client families on every
-scrape, and prometheus_client's own HTTP server serves them; both are the maintained
-standard, so nothing here hand-writes the exposition format. Each endpoint gets its own
+scrape, and prometheus_client renders them; both are the maintained standard, so nothing
+here hand-writes the exposition format. The page is served by our own HTTP server
+(`attest_otel.httpserver`), not prometheus_client's, which takes a thread per connection
+with no timeout: a thousand idle sockets were a thousand threads. Each endpoint gets its own
 registry: the global one would collide when a process builds telemetry twice (tests, a
 sidecar reloading its config) and would add process metrics nobody asked for.
 
@@ -13,12 +15,12 @@ works without them.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricReader, MetricsData
 
 from attest_otel.errors import ListenError, UsageError
+from attest_otel.httpserver import HttpServer, Request, Response
 
 __all__ = ["PrometheusEndpoint", "count_points", "parse_address", "start_prometheus"]
 
@@ -54,22 +56,47 @@ def count_points(metrics_data: MetricsData | None) -> int:
     )
 
 
+class _MetricsApp:
+    """GET `/metrics` (any other path: 404), rendered on a pool thread in the format the
+    scraper's Accept header asks for, as prometheus_client's own server chooses it."""
+
+    def __init__(self, render: Any) -> None:
+        self._render = render
+
+    def head(self, request: Request) -> Response | int:
+        if request.method != "GET":
+            return Response(405, b"method not allowed\n", headers=(("Allow", "GET"),))
+        if request.headers.get("content-length", "0") != "0":
+            return Response(400, b"a scrape has no body\n", close=True)
+        return 0
+
+    def handle(self, request: Request) -> Response:
+        if request.path not in ("/metrics", "/"):
+            return Response(404, b"not found\n")
+        body, content_type = self._render(request.headers.get("accept", ""))
+        return Response(200, body, content_type)
+
+
+def _render(registry: Any, chosen: tuple[Any, str]) -> tuple[bytes, str]:
+    encoder, content_type = chosen
+    return encoder(registry), content_type
+
+
 class PrometheusEndpoint:
     """The reader to give the MeterProvider, the server serving it, and what it served."""
 
-    def __init__(self, reader: MetricReader, server: Any, thread: threading.Thread) -> None:
+    def __init__(self, reader: MetricReader, server: HttpServer) -> None:
         self.reader = reader
         self._server = server
-        self._thread = thread
         self._closed = False
 
     @property
     def host(self) -> str:
-        return str(self._server.server_address[0])
+        return self._server.host
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
 
     @property
     def url(self) -> str:
@@ -84,9 +111,7 @@ class PrometheusEndpoint:
         if self._closed:
             return
         self._closed = True
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()
 
 
 def start_prometheus(address: str) -> PrometheusEndpoint:
@@ -94,7 +119,8 @@ def start_prometheus(address: str) -> PrometheusEndpoint:
     host, port = parse_address(address)
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.exposition import choose_encoder
     except ImportError as e:
         raise UsageError(f"{_INSTALL_HINT}; missing: {e.name}") from None
 
@@ -114,11 +140,20 @@ def start_prometheus(address: str) -> PrometheusEndpoint:
 
     registry = CollectorRegistry(auto_describe=False)
     reader = _CountingReader(registry=registry)
+    server = HttpServer(
+        host,
+        port,
+        _MetricsApp(lambda accept: _render(registry, choose_encoder(accept))),
+        name="metrics",
+        workers=2,
+        max_connections=1024,
+        max_per_peer=256,
+        header_timeout_s=5.0,
+        body_timeout_s=10.0,
+    )
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
-    except OSError as e:
+        server.start()
+    except ListenError as e:
         reader.shutdown()
-        raise ListenError(
-            f"cannot serve Prometheus metrics on {address}: {e.strerror or e}"
-        ) from None
-    return PrometheusEndpoint(reader, server, thread)
+        raise ListenError(f"cannot serve Prometheus metrics on {address}: {e}") from None
+    return PrometheusEndpoint(reader, server)

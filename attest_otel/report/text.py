@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from attest_otel.model import shown_score
 from attest_otel.report.stats import NO_AGENT, Rate, Report, iso_time, percent, review_headline
+from attest_otel.terminal import printable
 
 __all__ = ["render_text", "table"]
 
@@ -15,7 +16,7 @@ def _interval(r: Rate) -> str:
 
 
 def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()), newlines=False)
     return text if len(text) <= width else text[: max(0, width - 3)] + "..."
 
 
@@ -65,7 +66,12 @@ def review_lines(report: Report, width: int, limit: int) -> list[str]:
 
 
 def render_text(report: Report, *, width: int = 100, limit: int = 10) -> str:
-    """The short plain-text report for a terminal."""
+    """The short plain-text report for a terminal; agent and tool names and summaries are
+    the senders' text, so control characters in them are shown as escapes."""
+    return printable(_render(report, width, limit))
+
+
+def _render(report: Report, width: int, limit: int) -> str:
     o = report.overall
     window = (
         f"since {iso_time(report.since_ns)}" if report.since_ns is not None else "all stored grades"

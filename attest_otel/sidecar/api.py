@@ -6,11 +6,20 @@ the model budget, neither of which a sender of spans should get with its ingest 
 What `GradeTrace` returns obeys the content policy, as the store does: with `truncate` the
 texts of the run and of its grade are cut, with `drop` the answer holds the stored grades
 only (no run content, none is kept).
+
+The API shares the gRPC server with OTLP Export but not its threads: the server's pool is
+Export's `workers` plus `grader_workers`, and at most `grader_workers` Grader calls run at
+once (others are refused at once with RESOURCE_EXHAUSTED). A GradeRun waiting on a slow
+model therefore never delays an Export. A GradeTrace whose answer would pass the gRPC send
+limit is refused before anything is graded: the runs' encoded size is known once they are
+read, and grading adds only the findings.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format  # type: ignore[import-untyped]
@@ -20,19 +29,43 @@ from attest_otel.content import ContentPolicy
 from attest_otel.errors import InputError
 from attest_otel.ingest.decode import decode_bytes
 from attest_otel.model import run_from_dict, run_to_dict
-from attest_otel.pipeline import Reading, grade_traces
+from attest_otel.pipeline import Reading, grade_traces, read
 from attest_otel.store.blob import split as split_stored
 from attest_otel.store.scrub import scrub_result
+
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+"""The gRPC server's send limit (`receivers.GrpcReceiver`)."""
+
+_T = TypeVar("_T")
 
 
 class GraderApi:
     """`attest_otel.v1.Grader` on the gRPC port (see proto/attest_otel/v1/grader.proto)."""
 
-    def __init__(self, service: Any) -> None:
+    def __init__(self, service: Any, max_concurrent: int = 2) -> None:
         """`service`: the running `Service` (its grader, store and policy)."""
         self.service = service
+        self.max_concurrent = max(1, max_concurrent)
+        self._slots = threading.BoundedSemaphore(self.max_concurrent)
+
+    def _bounded(self, call: Callable[[], _T], context: Any) -> _T:
+        if not self._slots.acquire(blocking=False):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the Grader API is busy ({self.max_concurrent} calls at once); retry later",
+            )
+        try:
+            return call()
+        finally:
+            self._slots.release()
 
     def GradeRun(self, request: Any, context: Any) -> Any:
+        return self._bounded(lambda: self._grade_run(request, context), context)
+
+    def GradeTrace(self, request: Any, context: Any) -> Any:
+        return self._bounded(lambda: self._grade_trace(request, context), context)
+
+    def _grade_run(self, request: Any, context: Any) -> Any:
         data = json_format.MessageToDict(request, preserving_proto_field_name=True)
         try:
             run = run_from_dict(data)
@@ -47,7 +80,7 @@ class GraderApi:
             result.to_dict(), result_pb2.CheckResult(), ignore_unknown_fields=True
         )
 
-    def GradeTrace(self, request: Any, context: Any) -> Any:
+    def _grade_trace(self, request: Any, context: Any) -> Any:
         trace_id = request.trace_id.strip().lower()
         store = self.service.store
         if store is None:
@@ -80,10 +113,25 @@ class GraderApi:
                 logs, "application/x-protobuf", source=f"store trace {trace_id} logs"
             ).logs
         policy = self.service.policy
+        reading = Reading(policy) if policy is not None else None
+        runs_bytes = sum(
+            json_format.ParseDict(
+                _run_dict(run, content), result_pb2.Run(), ignore_unknown_fields=True
+            ).ByteSize()
+            for trace in read(decoded.spans, decoded.logs, reading)
+            for run in trace.runs
+        )
+        if runs_bytes > MAX_REPLY_BYTES:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the runs of trace {trace_id} take {runs_bytes} bytes, over the "
+                f"{MAX_REPLY_BYTES}-byte answer limit; grade it with "
+                "`attest-otel grade --trace-id` instead",
+            )
         graded = grade_traces(
             decoded.spans,
             decoded.logs,
-            Reading(policy) if policy is not None else None,
+            reading,
             stored={g.span_id: g.result for g in stored.grades},
         )
         for trace in graded:

@@ -25,7 +25,9 @@ here). So:
 - at `max_traces` / `max_spans` / `max_bytes` traces are released early, so memory stays
   bounded and nothing is dropped: the oldest trace of the sender (`service.name` of the
   trace's first resource) holding the most of the limit that is exceeded. One noisy sender
-  therefore pushes out its own traces, not everyone else's;
+  therefore pushes out its own traces, not everyone else's. With an ingest token the
+  sender is the token (`fair_key`), not the name a span declares for itself: anyone may
+  write any `service.name`, and a key that costs nothing to change buys no fairness;
 - a trace still receiving spans `max_hold_s` after its first one is released as it is
   (reason `max_hold`; later spans are late and regrade it), so a trace kept alive by a
   span a second cannot pin memory and the durable log for ever.
@@ -196,6 +198,9 @@ class TraceBuffer:
         self.released_by_reason: dict[str, int] = {}
         self._senders: dict[str, _Holding] = {}
         self._names: dict[bytes, str] = {}
+        self.fair_key: str | None = None
+        """The sender of every trace when senders authenticate (the ingest token's name);
+        None: the self-declared `service.name`."""
         self._refused: OrderedDict[bytes, list[str]] = OrderedDict()
         """Gaps of traces not held yet (a request of theirs refused), for when they are."""
 
@@ -394,7 +399,7 @@ class TraceBuffer:
                 scheduled_s=deadline,
             )
             trace.late = trace_id in self._graded
-            trace.sender = self._sender(resource)
+            trace.sender = self.fair_key or self._sender(resource)
             trace.gaps = self._refused.pop(trace_id, [])
             self._traces[trace_id] = trace
             holding = self._senders.get(trace.sender)

@@ -115,20 +115,27 @@ class ReceiversConfig:
     logged with its sender and its traces told before it is refused; past it grpcio
     refuses alone (counted by the sender only). Memory: one such request per gRPC worker."""
     grpc_workers: int = _key("grpc.workers", "int", 8)
+    """gRPC threads for OTLP Export; the Grader API has its own on top (`grader_workers`)."""
+    grader_workers: int = _key("grpc.grader_workers", "int", 2)
+    """Grader API calls at once (GradeRun may wait on the model); more are refused at once
+    with RESOURCE_EXHAUSTED, so they never take the threads Export needs."""
     http_endpoint: str = _key("http.endpoint", "address", "127.0.0.1:4318")
     http_max_body_bytes: int = _key("http.max_request_body_size_mib", default=20 * MIB, **_SIZE_MIB)
     http_max_json_bytes: int = _key("http.max_json_body_size_mib", default=4 * MIB, **_SIZE_MIB)
     """OTLP/JSON costs about 50x its size to parse (protobuf: about 3x): its own, lower cap."""
     http_workers: int = _key("http.workers", "int", 32)
-    """Threads serving HTTP connections; more connections wait for one (up to the cap)."""
-    http_max_connections: int = _key("http.max_connections", "int", 256)
-    """Open connections past this are closed at once, before a thread is spent on them."""
-    http_header_timeout_s: float = _key("http.header_timeout_s", "number", 10.0)
+    """Threads working on whole HTTP requests; connections wait on the event loop, not here."""
+    http_max_connections: int = _key("http.max_connections", "int", 4096)
+    """Open connections at once; at the cap the one idle longest is closed for a new one."""
+    http_max_per_peer: int = _key("http.max_connections_per_peer", "int", 1024)
+    """Open connections from one address; past it a new one is closed at once."""
+    http_header_timeout_s: float = _key("http.header_timeout_s", "number", 5.0)
     """A request line and headers (or a kept-alive connection's next one) must arrive
-    within this, or the connection is closed: slow clients cannot hold threads."""
+    within this, or the connection is closed."""
     http_body_timeout_s: float = _key("http.body_timeout_s", "number", 30.0)
     max_concurrent_decodes: int = _key("http.max_concurrent_decodes", "int", 2)
-    """Gunzip and JSON conversions at once; others wait, then get 503 + Retry-After."""
+    """Gunzip and JSON conversions at once, per kind (one sender: half of them); others
+    wait, then get 503 + Retry-After."""
     tls_cert_file: Path | None = _key("tls.cert_file", "file", None)
     tls_key_file: Path | None = _key("tls.key_file", "file", None)
     tls_client_ca_file: Path | None = _key("tls.client_ca_file", "file", None)

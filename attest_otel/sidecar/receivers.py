@@ -49,6 +49,7 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
 from attest_otel.errors import ListenError
+from attest_otel.sidecar.api import MAX_REPLY_BYTES
 from attest_otel.sidecar.config import parse_host_port
 from attest_otel.sidecar.forward import EXPORT_METHOD, RETRY_INFO_KEY, STATUS_DETAILS_KEY
 from attest_otel.sidecar.json_in import otlp_json_to_protobuf
@@ -328,7 +329,7 @@ class GrpcReceiver:
             interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", self._read_cap),
-                ("grpc.max_send_message_length", 4 * 1024 * 1024),
+                ("grpc.max_send_message_length", MAX_REPLY_BYTES),
                 ("grpc.so_reuseport", 0),
             ],
         )

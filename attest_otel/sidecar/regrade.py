@@ -18,6 +18,15 @@ memory of recent traces) plus the late ones. Then
   they go, through the same queue, retries and durable log;
 - the new grades go into the store, replacing the old ones of the same runs.
 
+Late spans change a grade only through the rules, as any span does, but whoever knows a
+trace id and an agent span id (both in logs, Jaeger and the report) can send one: a
+"successful retry" from any `service.name` turned a stored FAIL into a PASS, silently. So
+a regrade that changes a run's verdict says so: the new grade carries
+`metadata.regraded` (the verdict and score before, the findings that changed, and who sent
+the late spans: their `service.name`, and whether the ingest token vouched for them), the
+store keeps it, and a fail that became a pass is a WARNING line and a counter
+(`attest.sidecar.runs.passed_by_late_spans`).
+
 The trace is graded again in a grading process when there is one (a multi-agent trace whose
 nested run was released first is regraded whole when the outer run's spans come: grading
 it here would hold the receivers' interpreter for the whole trace); with model checks on it
@@ -51,7 +60,9 @@ from attest_otel.model import CheckResult, Run, shown_score
 from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.grading import GradingFailed, grade_again, grade_again_in_worker
+from attest_otel.sidecar.shape import service_name
 from attest_otel.sidecar.stats import SidecarStats
+from attest_otel.sidecar.wire import split_request
 from attest_otel.sidecar.workers import Failed, GradingProcesses
 from attest_otel.store import StoredGrade, Writer, part_digest
 from attest_otel.store.scrub import scrub_result
@@ -132,6 +143,9 @@ class Regrader:
             RecentTraces() if store is None or content.mode == "drop" else None
         )
         self._spans = _GradeSpans(content)
+        self.authenticated = False
+        """Whether senders present the ingest token (else the late spans' sender is only
+        the `service.name` they declare)."""
         self.pool: GradingProcesses | None = None
         """The grading processes (`grading.grade_again_in_worker`); None: grade here."""
 
@@ -200,6 +214,7 @@ class Regrader:
                 self.stats.add(late_ungraded=trace.spans)
                 return
             data, changed, runs = self._regrade(trace_id, prior, late)
+            self._flips(trace_id, prior, changed, late)
         except GradingFailed as e:
             log.warning(
                 "regrading failed (%s); forwarding the late spans of trace %s ungraded",
@@ -231,6 +246,43 @@ class Regrader:
             self.recent.put(trace_id, late, {g.span_id: g.result for g in grades})
         self._forward(data, trace)
         self._changed(trace_id, changed, late, trace.spans, trace.reason)
+
+    def _flips(
+        self,
+        trace_id: str,
+        prior: Prior,
+        changed: list[tuple[Run, CheckResult]],
+        late: bytes,
+    ) -> None:
+        """Marks each run whose verdict the late spans changed (`metadata.regraded`), and
+        says it when a failing run now passes."""
+        senders = sorted(late_senders(late))
+        vouched = "ingest token" if self.authenticated else "no token: self-declared"
+        for run, result in changed:
+            before = prior.grades.get(run.span_id or "")
+            if not before or before.get("verdict") == result.verdict:
+                continue
+            what = findings_changed(before.get("findings") or [], result)
+            note = {
+                "previous_verdict": before.get("verdict"),
+                "previous_score": before.get("score"),
+                "findings_changed": what,
+                "late_spans_from": senders,
+                "sender_authenticated": self.authenticated,
+            }
+            result.metadata["regraded"] = note
+            if before.get("verdict") == "fail" and result.verdict == "pass":
+                self.stats.add(runs_passed_by_late=1)
+                log.warning(
+                    "late spans turned run %s of trace %s from FAIL into PASS (%s); sent as "
+                    "service.name %s (%s)",
+                    run.span_id,
+                    trace_id,
+                    "; ".join(what) or "same calls",
+                    ", ".join(senders) or "(none)",
+                    vouched,
+                    extra={"trace_id": trace_id, "span_id": run.span_id, "agent": run.agent},
+                )
 
     def refresh(self, trace_id: str) -> None:
         """Grades a trace again from every part the shared store holds; never raises.
@@ -323,6 +375,29 @@ class Regrader:
             data, runs = answer
             return data, runs
         return grade_again(prior, late, label, self.policy, self.grade_run, self.content)
+
+
+def late_senders(late: bytes) -> set[str]:
+    """The `service.name` of every resource the late spans came under."""
+    if not late:
+        return set()
+    return {service_name(group.resource_fields) or "(unnamed)" for group in split_request(late)}
+
+
+def findings_changed(before: list[Any], result: CheckResult) -> list[str]:
+    """What the regrade changed, call by call: `step subject: old -> new` (or `new`/`gone`)."""
+
+    def key(f: Any) -> tuple[Any, Any]:
+        return f.get("step"), f.get("subject")
+
+    old = {key(f): f.get("verdict") for f in before if isinstance(f, dict)}
+    new = {(f.step, f.subject): f.verdict for f in result.findings}
+    out = []
+    for k in sorted(set(old) | set(new), key=lambda k: k[0] if isinstance(k[0], int) else -1):
+        was, now = old.get(k), new.get(k)
+        if was != now:
+            out.append(f"step {k[0]} {k[1]}: {was or 'new'} -> {now or 'gone'}")
+    return out
 
 
 def _within(run: Run, result: CheckResult, late: bytes) -> bool:

@@ -21,6 +21,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+
 from attest_otel.sidecar.buffer import HeldTrace, TraceBuffer
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.receivers import (
@@ -34,6 +38,7 @@ from attest_otel.sidecar.wire import (
     DeclaredMarks,
     ScopeGroup,
     WireError,
+    check_message,
     encode_groups,
     is_genai_name,
     plain_request,
@@ -197,6 +202,10 @@ class RequestPath:
             return Outcome("closing", "the sidecar is shutting down; retry", self.retry_after_s)
         if not data:
             return OK
+        problem = check_message(data, ExportTraceServiceRequest)
+        if problem is not None:
+            self.stats.reject("malformed")
+            return Outcome("malformed", f"not a valid OTLP ExportTraceServiceRequest: {problem}")
         groups: list[ScopeGroup] | None = None
         try:
             plain = self.plain(data)

@@ -325,7 +325,7 @@ class Service:
     def _add_grader_api(self, server: Any) -> None:
 
         grader_pb2_grpc.add_GraderServicer_to_server(  # type: ignore[no-untyped-call]
-            GraderApi(self), server
+            GraderApi(self, self.config.receivers.grader_workers), server
         )
 
     def _submit(self, traces: list[HeldTrace]) -> None:
@@ -436,6 +436,10 @@ class Service:
                 if rc.auth_token_file is not None
                 else None
             )
+            if token is not None:  # an authenticated sender, not a self-declared name
+                self.buffer.fair_key = "ingest-token"
+                if self.regrader is not None:
+                    self.regrader.authenticated = True
             grader_token = (
                 TokenCheck(read_token(rc.grader_token_file))
                 if rc.grader_token_file is not None
@@ -459,7 +463,7 @@ class Service:
                 on_oversize=self.signals.oversize,
                 max_recv_bytes=rc.grpc_max_recv_bytes,
                 read_cap_bytes=rc.grpc_read_cap_bytes,
-                workers=rc.grpc_workers,
+                workers=rc.grpc_workers + rc.grader_workers,
                 add_services=[self._add_grader_api],
                 tls=tls,
                 token=token,
@@ -477,6 +481,7 @@ class Service:
                 max_json_bytes=rc.http_max_json_bytes,
                 workers=rc.http_workers,
                 max_connections=rc.http_max_connections,
+                max_per_peer=rc.http_max_per_peer,
                 header_timeout_s=rc.http_header_timeout_s,
                 body_timeout_s=rc.http_body_timeout_s,
                 max_concurrent_decodes=rc.max_concurrent_decodes,

@@ -16,6 +16,11 @@ import logging
 import time
 from collections.abc import Callable
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+
 from attest_otel.sidecar.buffer import HeldTrace, TraceBuffer
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.log_wire import (
@@ -29,7 +34,7 @@ from attest_otel.sidecar.log_wire import (
 from attest_otel.sidecar.receivers import OK, Outcome
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wal import DurableLog
-from attest_otel.sidecar.wire import WireError, encode_groups
+from attest_otel.sidecar.wire import WireError, check_message, encode_groups
 
 __all__ = ["SignalPaths"]
 
@@ -89,6 +94,10 @@ class SignalPaths:
         """One metrics request: acknowledged once queued (and persisted), sent on untouched."""
         if not data:
             return OK
+        problem = check_message(data, ExportMetricsServiceRequest)
+        if problem is not None:  # the next hop would refuse it for good: say so now
+            self.stats.reject("malformed")
+            return Outcome("malformed", f"not a valid OTLP ExportMetricsServiceRequest: {problem}")
         admitted = self._admit(METRICS, self.metrics, 1, data)
         if isinstance(admitted, Outcome):
             return admitted
@@ -107,6 +116,10 @@ class SignalPaths:
         """One logs request (protobuf bytes, already inflated). Never raises."""
         if not data:
             return OK
+        problem = check_message(data, ExportLogsServiceRequest)
+        if problem is not None:  # the next hop would refuse it for good: say so now
+            self.stats.reject("malformed")
+            return Outcome("malformed", f"not a valid OTLP ExportLogsServiceRequest: {problem}")
         try:
             groups = split_logs(data)
         except WireError as e:

@@ -56,6 +56,12 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "Runs whose grade changed when graded again with late spans (each "
         "sent as an attest.grade span and stored in place of the old grade).",
     ),
+    "attest.sidecar.runs.passed_by_late_spans": (
+        "counter",
+        "{run}",
+        "Runs that failed when graded and pass once late spans were added: each is a WARNING "
+        "naming who sent the late spans (metadata.regraded on the stored grade).",
+    ),
     "attest.sidecar.grade.failures": (
         "counter",
         "{trace}",
@@ -129,6 +135,7 @@ class SidecarStats:
         """Spans of traces handed to the grading pool and not yet done."""
         self.traces_regraded = 0
         self.runs_regraded = 0
+        self.runs_passed_by_late = 0
         self.late_ungraded = 0
         self.traces_ungraded: collections.Counter[str] = collections.Counter()
         self.log_records_received = 0
@@ -178,6 +185,7 @@ def register_metrics(meter: Any, service: Any) -> None:
         "attest.sidecar.spans.late_ungraded": one(lambda: stats.late_ungraded),
         "attest.sidecar.traces.regraded": one(lambda: stats.traces_regraded),
         "attest.sidecar.runs.regraded": one(lambda: stats.runs_regraded),
+        "attest.sidecar.runs.passed_by_late_spans": one(lambda: stats.runs_passed_by_late),
         "attest.sidecar.spans.dropped": by(lambda: dict(forwarder.stats.dropped).items(), "reason"),
         "attest.sidecar.spans.held": one(lambda: buffer.held_spans),
         "attest.sidecar.traces.held": one(lambda: buffer.held_traces),

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attest_otel.sidecar.buffer_dir import open_private, read_private
+from attest_otel.throttled_log import Throttled
 
 __all__ = ["BufferDirError", "DurableLog"]
 
@@ -102,6 +103,7 @@ class DurableLog:
         self._where: dict[int, int] = {}  # a moved record -> the segment holding it now
         self.compactions = 0
         self.refused_full = 0
+        self._ack_failed = Throttled(log)  # a full disk fails every request's done mark
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._refs: dict[int, int] = {}
@@ -473,7 +475,7 @@ class DurableLog:
                     os.close(fd)
                 segment.acked += _ACK.size
         except OSError as e:  # a full disk: the record is replayed once more after a restart
-            log.warning("buffer-dir: cannot mark a record done (%s)", e.strerror or e)
+            self._ack_failed("buffer-dir: cannot mark a record done (%s)", e.strerror or e)
 
     @property
     def pending_records(self) -> int:

@@ -17,8 +17,11 @@ Three facts of the encoding make this safe:
 - Protobuf encoders write fields in field-number order, so a span's `trace_id` (field 1) is
   its first bytes; a span that does not start that way is scanned for the field.
 
-Malformed framing raises `WireError`; the receivers parse every request with upb before
-this module sees it, so this is a second line of defence, not the validator.
+Malformed framing raises `WireError`. Framing is all this module reads: what is inside a
+span (strings, nested values) is checked once, before the sender gets its answer, by
+`check_message`, which parses the request as protobuf would (upb: UTF-8 in string fields,
+nesting depth, wire types) and drops the result. Slicing then works on bytes known to be a
+valid message, so nothing is acknowledged that the next hop would refuse.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from attest_otel.export.otlp_bytes import varint as encode_varint
 from attest_otel.ingest.candidate import (
@@ -41,6 +47,7 @@ __all__ = [
     "ScopeGroup",
     "WireError",
     "append_to_spans",
+    "check_message",
     "encode_groups",
     "encode_varint",
     "field_bytes",
@@ -58,6 +65,26 @@ _TRACE_ID_LEN = 16
 
 class WireError(ValueError):
     """The bytes are not a well-framed OTLP trace request."""
+
+
+def check_message(data: bytes, message_type: Any) -> str | None:
+    """Why `data` is not a valid encoding of `message_type` (a generated protobuf class),
+    or None when it is one.
+
+    The next hop parses what we forward with a protobuf library, and a request it cannot
+    parse is refused for good there, after we acknowledged it: invalid UTF-8 in a string
+    field, nesting deeper than the parser's limit (upb: 100 messages), a broken wire type.
+    Parsing it here costs about what slicing does (docs/hostile-input-network.md); the
+    parsed message is dropped at once, so its memory is not held with the spans.
+    """
+    try:
+        message_type.FromString(data)
+    except DecodeError as e:
+        text = str(e)
+        return text.rpartition("': ")[2] or text
+    except RecursionError:
+        return "nested too deeply"
+    return None
 
 
 def _alternation(words: Iterable[str]) -> bytes:

@@ -5,11 +5,13 @@ SDK's transport) rather than urllib, for three things a user behind a corporate 
 needs and urllib does not give together: the system trust store (via truststore), the
 standard proxy variables, and precise connect/read/TLS errors to translate.
 
-Three promises on top of httpx2's per-operation timeouts: the whole request, body
-included, ends within about `timeout_s` (a server dribbling one byte a second cannot hold
-us); a body larger than `max_body_bytes` is refused rather than buffered; and redirects are
-followed only within the same origin (scheme, host, port), since the request carries the
-user's headers (an API key, a tenant id) and httpx2 would take them to any host. Every
+Four promises on top of httpx2's per-operation timeouts: the whole request, body included,
+ends within about `timeout_s` (a server dribbling one byte a second cannot hold us); so
+does parsing it, since a body that could not be parsed in the time left is refused before
+parsing starts (`PARSE_BYTES_PER_S`: a parser in C cannot be interrupted); a body larger
+than `max_body_bytes` is refused rather than buffered; and redirects are followed only
+within the same origin (scheme, host, port), since the request carries the user's headers
+(an API key, a tenant id) and httpx2 would take them to any host. Every
 failure leaves as a `SourceError` whose message names the backend and URL: a CLI user sees
 one line.
 """
@@ -44,6 +46,9 @@ _log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
 """Same bound as the decoder's gzip limit: a trace bigger than this is not one we grade."""
+PARSE_BYTES_PER_S = 5 * 1024 * 1024
+"""What the sources parse per second at worst (JSON to spans; measured in
+docs/hostile-input-network.md): a body needs len/this seconds of the time budget left."""
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 5
 
@@ -248,6 +253,14 @@ class HttpClient:
                             f"{where}: the response did not finish within {timeout_s:g}s "
                             "(--timeout)"
                         )
+                left = deadline - time.monotonic()
+                if r.status_code == 200 and size > PARSE_BYTES_PER_S * max(left, 0.0):
+                    raise SourceError(
+                        f"{where}: the response is {size / 1048576:.0f} MiB, too large to "
+                        f"parse in the {max(left, 0.0):.1f}s left of --timeout "
+                        f"{timeout_s:g} (about {PARSE_BYTES_PER_S // 1048576} MiB/s); "
+                        "raise --timeout or ask for less"
+                    )
                 return Response(
                     status=r.status_code,
                     url=str(r.url),

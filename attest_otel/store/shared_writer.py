@@ -38,6 +38,7 @@ from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.store.postgres import PostgresStore, PutItem, Unreachable
 from attest_otel.store.scrub import scrub_result, scrub_traces
 from attest_otel.store.sqlite import StoredGrade
+from attest_otel.throttled_log import Throttled
 
 __all__ = ["SharedStoreWriter"]
 
@@ -139,6 +140,7 @@ class SharedStoreWriter:
         self._failing_since: float | None = None
         self._refused_at = 0.0
         self._logged_at = 0.0
+        self._spool_failed = Throttled(log, logging.ERROR)  # a full disk: every write
         self._segments: dict[int, int] = {}
         self._segment_bytes = min(_SEGMENT_BYTES, max(max_bytes // 8, 64 * 1024))
         self._files: dict[int, int] = {}  # each spool file's bytes
@@ -232,7 +234,9 @@ class SharedStoreWriter:
         try:
             os.write(self._fd, blob)
         except OSError as e:  # kept in memory: written unless the process dies first
-            log.error("store: cannot spool a write under %s (%s)", self.spool_dir, e.strerror or e)
+            self._spool_failed(
+                "store: cannot spool a write under %s (%s)", self.spool_dir, e.strerror or e
+            )
             return
         self._segment_size += len(blob)
         self._files[self._segment] = self._segment_size

@@ -204,3 +204,24 @@ def test_export_to_a_dead_endpoint_fails_in_one_line_quickly(runner: CliRunner) 
     assert time.monotonic() - start < 20
     assert result.exit_code == 4  # the pipeline failed, not the agent (that is 1)
     assert [line for line in result.output.splitlines() if line.startswith("attest-otel: error:")]
+
+
+@pytest.mark.parametrize(
+    ("headers", "problem"),
+    [
+        pytest.param("api-key=caf%C3%A9", "only printable ASCII", id="a value gRPC cannot send"),
+        pytest.param("api-key", "is not NAME=VALUE", id="an entry the exporter would skip"),
+    ],
+)
+def test_export_with_headers_the_exporter_would_drop_is_one_line_and_exit_2(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, headers: str, problem: str
+) -> None:
+    """Issue 26, item 9: gRPC dropped the header and the export reported success."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", headers)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    result = runner.invoke(
+        main, ["grade", "--file", str(TRACES / "strands__fallback.json"), "--export"]
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("attest-otel: error: OTEL_EXPORTER_OTLP_HEADERS:") and problem in line

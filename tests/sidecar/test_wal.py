@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from attest_otel.sidecar.wal import DurableLog
 
 
@@ -76,3 +78,35 @@ def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
     # Every record was fsynced (at least once), and group commit shared some fsyncs.
     assert 1 <= log.fsyncs <= 400
     assert len(DurableLog(tmp_path).open()) == 400
+
+
+def test_a_full_disk_logs_one_warning_per_interval_with_a_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 26, item 9: with the disk full, every request's done mark failed with a line of
+    its own (12,332 lines). Now the first is logged at once and the rest are counted."""
+    import errno
+
+    from attest_otel.sidecar import wal as wal_module
+
+    log = DurableLog(tmp_path)
+    log.open()
+    rids = [log.append(b"x") for _ in range(1001)]
+
+    def full(fd: int, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(wal_module, "_write_all", full)
+    caplog.set_level("WARNING", logger="attest_otel.sidecar.wal")
+    for rid in rids[:1000]:
+        log.hold(rid)
+        log.unpin(rid)
+        log.release([rid])
+    lines = [r.getMessage() for r in caplog.records if "cannot mark" in r.getMessage()]
+    assert len(lines) == 1 and "No space left on device" in lines[0], lines
+    log._ack_failed.interval_s = 0  # the interval has passed
+    log.hold(rids[1000])
+    log.unpin(rids[1000])
+    log.release([rids[1000]])
+    lines = [r.getMessage() for r in caplog.records if "cannot mark" in r.getMessage()]
+    assert len(lines) == 2 and "1000 time(s) since the last such line, 1001 in all" in lines[1]

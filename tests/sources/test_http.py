@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import ssl
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,3 +306,24 @@ def test_a_server_wanting_a_client_certificate_refuses_one_line_without_it(
 def test_an_unreadable_ca_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"--ca-file .*cannot load"):
         HttpOptions(ca_file=str(tmp_path / "missing.pem")).ssl_context()
+
+
+def test_a_body_too_large_to_parse_in_the_time_left_is_refused_before_parsing(
+    backend: FakeBackend,
+) -> None:
+    """Issue 26, item 9: a 200 MiB answer was read within --timeout 10, then parsed for 36 s
+    outside it. Parsing cannot be interrupted, so a body that cannot be parsed in the time
+    left is refused before it starts, with what to do."""
+    backend.routes["/huge"] = Reply(body=b"[" + b"0," * (12 * 1024 * 1024) + b"0]")
+    started = time.monotonic()
+    with (
+        HttpClient("jaeger", HttpOptions(timeout_s=2.0)) as client,
+        pytest.raises(
+            SourceError, match=r"too large to parse in the .* --timeout 2 .*raise --timeout"
+        ),
+    ):
+        client.get(f"{backend.url}/huge")
+    assert time.monotonic() - started < 2.0
+    backend.routes["/small"] = Reply(body=b"[" + b"0," * 1000 + b"0]")
+    with HttpClient("jaeger", HttpOptions(timeout_s=2.0)) as client:
+        assert client.get(f"{backend.url}/small").status == 200

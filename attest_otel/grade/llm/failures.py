@@ -53,6 +53,13 @@ def describe_failure(exc: BaseException) -> str:
     if isinstance(exc, anthropic.AnthropicError):
         logger.debug("model call failed", exc_info=exc)
         return f"model call failed: {_short(str(exc)) or type(exc).__name__}"
+    if isinstance(exc, ValueError):
+        # The SDK decodes the body itself and lets a decoding error through as it is: a
+        # garbage reply (not JSON, not UTF-8) is the server's fault, and one line says so.
+        logger.debug("model reply could not be decoded", exc_info=exc)
+        detail = _short(str(exc))
+        logger.warning("model reply could not be read: %s: %s", type(exc).__name__, detail)
+        return f"model call failed: the reply could not be read ({type(exc).__name__})"
     # Not the SDK's: a custom client or a bug of ours. Worth a warning with the traceback.
     logger.warning("model call failed unexpectedly", exc_info=exc)
     detail = _short(str(exc))

@@ -249,6 +249,13 @@ class AnthropicJudge:
             if isinstance(tool_input, ModelFailure):
                 return tool_input
             return check.parse(tool_input)
-        except Exception:  # a reply shaped unlike the SDK's
-            logger.warning("could not read the model reply", exc_info=True)
+        except Exception as exc:  # a reply shaped unlike the SDK's: the server's fault, one line
+            logger.debug("could not read the model reply", exc_info=True)
+            logger.warning(
+                "could not read the model reply: %s: %s", type(exc).__name__, _first(exc)
+            )
             return ModelFailure("model reply could not be read")
+
+
+def _first(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
