@@ -24,7 +24,6 @@ detection never compiles anything. The README's "Teach it a dialect" documents e
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from attest_otel.adapt.base import Role
 from attest_otel.adapt.declared import Cond, DeclaredDialect, Field, Rule, Source
 from attest_otel.adapt.detect import BY_NAME
 from attest_otel.adapt.generic import GENERIC
+from attest_otel.adapt.linear_regex import LinearRegex, RegexError, compile_linear
 from attest_otel.errors import PolicyError
 from attest_otel.yamlcheck import BOOL_TAG, STR_TAG, Checker, compose, is_null, kind, read_text
 
@@ -219,7 +219,7 @@ class DialectChecker(Checker):
         names = scopes = None
         kinds: frozenset[int] | None = None
         prefixes: tuple[str, ...] = ()
-        regex: re.Pattern[str] | None = None
+        regex: LinearRegex | None = None
         alternatives: list[Cond] = []
         ok = True
         for key, value in pairs:
@@ -297,14 +297,14 @@ class DialectChecker(Checker):
             return None
         return frozenset(_KINDS[w.lower()] for w in words)
 
-    def regex(self, path: str, node: Node) -> re.Pattern[str] | None:
+    def regex(self, path: str, node: Node) -> LinearRegex | None:
         text = self.text(path, node)
         if text is None:
             return None
         try:
-            return re.compile(text)
-        except re.error as e:
-            self.problem(path, node, f"invalid regular expression: {e}")
+            return compile_linear(text)
+        except RegexError as e:
+            self.problem(path, node, f"invalid regular expression (RE2 syntax): {e}")
             return None
 
     # --- fields ---------------------------------------------------------------------------
