@@ -190,9 +190,11 @@ class Checker:
             for i, item in enumerate(node.value):
                 self.expand_env(item, env, f"{path}[{i}]")
         elif isinstance(node, ScalarNode) and "$" in node.value:
-            self._expand_scalar(node, env, path or "<top>")
+            self.expand_scalar(node, env, path or "<top>")
 
-    def _expand_scalar(self, node: ScalarNode, env: Mapping[str, str], path: str) -> None:
+    def expand_scalar(self, node: ScalarNode, environ: Mapping[str, str] | None, path: str) -> None:
+        """Replaces `${env:...}` in one value, in place; a problem when it cannot."""
+        env = os.environ if environ is None else environ
         missing = False
 
         def replace(match: re.Match[str]) -> str:

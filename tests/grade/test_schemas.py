@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from attest_otel.grade.llm.schemas import ANSWER_TOOL, CHOICE_TOOL, parse_answer, parse_choice
+from attest_otel.grade.llm.schemas import answer_tool, choice_tool, parse_answer, parse_choice
 from attest_otel.grade.questions import AnswerVerdict, ChoiceVerdict, ModelFailure
 
 MISFIT = "model verdict did not fit the schema"
 
 
 def test_the_answer_schema_is_the_one_the_api_gets_word_for_word() -> None:
-    assert ANSWER_TOOL["input_schema"] == {
+    assert answer_tool()["input_schema"] == {
         "type": "object",
         "properties": {
             "outcome": {
@@ -30,8 +30,8 @@ def test_the_answer_schema_is_the_one_the_api_gets_word_for_word() -> None:
         "required": ["outcome", "reason"],
         "additionalProperties": False,
     }
-    assert CHOICE_TOOL["input_schema"]["required"] == ["appropriate", "reason"]
-    assert CHOICE_TOOL["input_schema"]["additionalProperties"] is False
+    assert choice_tool()["input_schema"]["required"] == ["appropriate", "reason"]
+    assert choice_tool()["input_schema"]["additionalProperties"] is False
 
 
 def test_a_reason_is_one_line_and_a_rambling_one_is_cut() -> None:

@@ -2,98 +2,30 @@
 
 A forced tool call gives the verdict a fixed shape, but the API does not promise the input
 fits the schema, so every reply is checked here: a wrong enum value or a missing field is
-a `ModelFailure`, never a guessed verdict. Each verdict is one pydantic model, so the JSON
-Schema sent with the request and the check of the reply are the same declaration.
+a `ModelFailure`, never a guessed verdict. Each verdict is one pydantic model (`verdicts`),
+so the JSON Schema sent with the request and the check of the reply are one declaration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, get_args
-
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError
-from pydantic.json_schema import GenerateJsonSchema
-from pydantic_core import PydanticCustomError, core_schema
+from typing import TYPE_CHECKING, Any, get_args
 
 from attest_otel.grade.questions import AnswerOutcome, AnswerVerdict, ChoiceVerdict, ModelFailure
 
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 __all__ = [
     "ANSWER_OUTCOMES",
-    "ANSWER_TOOL",
-    "CHOICE_TOOL",
+    "answer_tool",
+    "choice_tool",
     "parse_answer",
     "parse_choice",
     "verdict_input",
 ]
 
 ANSWER_OUTCOMES: tuple[AnswerOutcome, ...] = get_args(AnswerOutcome)
-
-# Reasons end up in findings and span attributes; a model that rambles is cut here.
-_MAX_REASON_CHARS = 400
-
-
-def _tidy_reason(reason: str) -> str:
-    reason = " ".join(reason.split())
-    if not reason:
-        raise PydanticCustomError("reason_empty", "reason is empty")
-    if len(reason) > _MAX_REASON_CHARS:
-        reason = reason[: _MAX_REASON_CHARS - 3].rstrip() + "..."
-    return reason
-
-
-Reason = Annotated[
-    str,
-    Field(min_length=1, description="One short sentence explaining the verdict.", strict=True),
-    AfterValidator(_tidy_reason),
-]
-
-
-class _Verdict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class AnswerInput(_Verdict):
-    outcome: AnswerOutcome = Field(description="acknowledged, claimed_success or silent.")
-    reason: Reason
-
-
-class ChoiceInput(_Verdict):
-    appropriate: StrictBool = Field(
-        description="true when the tool was a reasonable choice, false otherwise."
-    )
-    reason: Reason
-
-
-class _Untitled(GenerateJsonSchema):
-    """The schema as the Messages API reads it: no `title` on the object or its fields."""
-
-    def field_title_should_be_set(self, schema: Any) -> bool:
-        return False
-
-    def model_schema(self, schema: core_schema.ModelSchema) -> dict[str, Any]:
-        out = super().model_schema(schema)
-        out.pop("title", None)
-        return out
-
-
-def _tool(name: str, description: str, model: type[_Verdict]) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": description,
-        "input_schema": model.model_json_schema(schema_generator=_Untitled),
-    }
-
-
-ANSWER_TOOL = _tool(
-    "record_answer_verdict",
-    "Record how the final answer treats the failed tool call.",
-    AnswerInput,
-)
-CHOICE_TOOL = _tool(
-    "record_choice_verdict",
-    "Record whether the tool was a reasonable choice for the task.",
-    ChoiceInput,
-)
 
 _MISFIT = "model verdict did not fit the schema"
 
@@ -140,7 +72,25 @@ def _misfit(error: ValidationError) -> ModelFailure:
     return ModelFailure(f"{_MISFIT}: unexpected field {', '.join(sorted(extra))}")
 
 
+def answer_tool() -> dict[str, Any]:
+    """The answer verdict tool, as the request carries it."""
+    from attest_otel.grade.llm.verdicts import ANSWER_TOOL
+
+    return ANSWER_TOOL
+
+
+def choice_tool() -> dict[str, Any]:
+    """The choice verdict tool, as the request carries it."""
+    from attest_otel.grade.llm.verdicts import CHOICE_TOOL
+
+    return CHOICE_TOOL
+
+
 def parse_answer(tool_input: Mapping[str, Any]) -> AnswerVerdict | ModelFailure:
+    from pydantic import ValidationError
+
+    from attest_otel.grade.llm.verdicts import AnswerInput
+
     try:
         got = AnswerInput.model_validate(dict(tool_input))
     except ValidationError as e:
@@ -149,6 +99,10 @@ def parse_answer(tool_input: Mapping[str, Any]) -> AnswerVerdict | ModelFailure:
 
 
 def parse_choice(tool_input: Mapping[str, Any]) -> ChoiceVerdict | ModelFailure:
+    from pydantic import ValidationError
+
+    from attest_otel.grade.llm.verdicts import ChoiceInput
+
     try:
         got = ChoiceInput.model_validate(dict(tool_input))
     except ValidationError as e:
