@@ -341,6 +341,13 @@ class RuleModel(FileModel):
         return Rule(self.rule or label, self.role, self.when.compile(), fields)
 
 
+def _written(source: type[SourceModel]) -> Any:
+    """How a field's sources may be written: an attribute key, a mapping, or a list of them
+    (for the published JSON Schema)."""
+    one: Any = str | source
+    return one | list[one]
+
+
 def _rule_model(key: str, role: Role) -> type[RuleModel]:
     fields: dict[str, Any] = {}
     for name in FIELDS[role]:
@@ -349,7 +356,7 @@ def _rule_model(key: str, role: Role) -> type[RuleModel]:
         fields[name] = (
             Annotated[
                 tuple[source, ...] | None,  # type: ignore[valid-type]
-                PlainValidator(check, json_schema_input_type=source | list[source]),  # type: ignore[valid-type]
+                PlainValidator(check, json_schema_input_type=_written(source)),
             ],
             None,
         )
