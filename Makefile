@@ -50,9 +50,17 @@ $(PHOENIX_VENV)/.synced: tests/phoenix/requirements.txt | $(UV)
 test-phoenix: setup $(PHOENIX_VENV)/.synced
 	ATTEST_OTEL_PHOENIX=$(PHOENIX_VENV)/bin/phoenix $(BIN)/pytest -q tests/phoenix
 
-demo: setup
-	@$(BIN)/python examples/demo.py
-	@$(BIN)/python examples/sidecar_demo.py
+# The demo needs the runtime only: its own environment without the development tools, and no
+# bytecode compiled ahead (a first `make demo` is about installing, not the toolchain).
+DEMO_VENV := .venv-demo
+
+$(DEMO_VENV)/.synced: uv.lock pyproject.toml hatch_build.py tools/gen_proto.py $(wildcard proto/attest_otel/v1/*.proto) | $(UV)
+	UV_PROJECT_ENVIRONMENT=$(DEMO_VENV) UV_COMPILE_BYTECODE=0 $(UV) sync --frozen --no-dev --python $(PY)
+	touch $@
+
+demo: $(DEMO_VENV)/.synced
+	@$(DEMO_VENV)/bin/python examples/demo.py
+	@$(DEMO_VENV)/bin/python examples/sidecar_demo.py
 
 # Benchmarks are not tests: each prints its table against baselines measured in the same run.
 bench: setup
@@ -78,4 +86,4 @@ fixtures:
 	tests/fixtures/gen/vercel/run.sh
 
 clean:
-	rm -rf $(VENV) $(TOOLS) attest_otel/_proto .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) $(TOOLS) attest_otel/_proto .pytest_cache .mypy_cache .ruff_cache

@@ -14,7 +14,7 @@ model client is built only when a model check runs, and traces are read by
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attest_otel import grader, llm
 from attest_otel.errors import (
@@ -42,6 +42,9 @@ from attest_otel.model import (
     read_runs,
 )
 
+if TYPE_CHECKING:
+    from attest_otel.sdk import grade_spans
+
 __all__ = [
     "AttestOtelError",
     "CheckResult",
@@ -63,6 +66,7 @@ __all__ = [
     "Verdict",
     "__version__",
     "check_tool_use",
+    "grade_spans",
     "grader",
     "llm",
     "read_runs",
@@ -72,7 +76,7 @@ __version__: str
 
 
 def __getattr__(name: str) -> Any:
-    """`__version__`, computed on first use rather than at import.
+    """`__version__` and `grade_spans`, loaded on first use rather than at import.
 
     `importlib.metadata` is a large share of what importing this package costs
     (docs/measurements.md, "Import cost of the version"), and most imports (the CLI, a test)
@@ -82,6 +86,11 @@ def __getattr__(name: str) -> Any:
         version = _version()
         globals()["__version__"] = version  # later reads are a plain attribute
         return version
+    if name == "grade_spans":  # imports protobuf and the pipeline: only when used
+        from attest_otel.sdk import grade_spans
+
+        globals()["grade_spans"] = grade_spans
+        return grade_spans
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +205,13 @@ class LogRecord:
     time_ns: int
     body: Any = None
     attributes: dict[str, Any] = field(default_factory=dict)
+
+
+def shown_score(score: float, digits: int = 2) -> float:
+    """`score` cut (never rounded up) to `digits` decimals: 29,999 of 30,000 calls correct
+    shows as 0.99, not as the perfect 1.00 a rounding would print for a failing run."""
+    scale = float(10**digits)
+    return math.floor(score * scale + 1e-9) / scale
 
 
 def output_text(output: JSONValue) -> str:

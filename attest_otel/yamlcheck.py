@@ -90,6 +90,12 @@ def read_text(path: str | Path, what: str) -> str:
         raise PolicyError(source, [e.strerror or str(e)]) from None
 
 
+def _last_line_mark(text: str, mark: yaml.Mark) -> yaml.Mark:
+    """`mark` moved back from past the end of the text to the end of its last line."""
+    lines = text.rstrip().splitlines() or [""]
+    return yaml.Mark(mark.name, len(text), len(lines) - 1, len(lines[-1]), None, 0)
+
+
 def compose(text: str, source: str) -> Node | None:
     """The node tree (which keeps every line number), or None for an empty document.
 
@@ -100,6 +106,13 @@ def compose(text: str, source: str) -> Node | None:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         problem = e.problem or e.context or "invalid YAML"
+        if e.problem_mark is not None and e.problem_mark.index >= len(text.rstrip()):
+            # "unexpected end of stream" points past the last line; where the unfinished
+            # thing began (an open quote, a bracket) is where the user has to look.
+            if e.context_mark is not None and e.context:
+                mark, problem = e.context_mark, f"{problem} ({e.context} that starts here)"
+            else:
+                mark = _last_line_mark(text, e.problem_mark)
         if mark is None:
             raise PolicyError(source, [f"invalid YAML: {problem}"]) from None
         err = PolicyError(

@@ -266,3 +266,20 @@ def test_the_stacks_agent_sends_runs_the_sidecar_grades(tmp_path: Path) -> None:
             )
         finally:
             sidecar.stop_quietly()
+
+
+def test_a_service_on_the_image_compose_builds_never_pulls_it() -> None:
+    services = _compose()["services"]
+    built = {s["image"] for s in services.values() if "build" in s}
+    for name, service in services.items():
+        if service.get("image") in built and "build" not in service:
+            assert service.get("pull_policy") == "never", f"{name} would try to pull its image"
+
+
+def test_the_grafana_readme_names_every_provisioned_data_source() -> None:
+    readme = (ROOT / "collector-config" / "grafana" / "README.md").read_text()
+    sources = yaml.safe_load(
+        (ROOT / "collector-config" / "grafana" / "datasources" / "attest-otel.yaml").read_text()
+    )["datasources"]
+    for source in sources:
+        assert source["name"] in readme, source["name"]

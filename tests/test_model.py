@@ -137,3 +137,34 @@ def test_bad_files_get_one_line_naming_file_line_and_problem(
 def test_a_missing_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         read_runs(tmp_path / "nope.json")
+
+
+def test_a_failing_run_never_shows_a_perfect_score() -> None:
+    from attest_otel.model import shown_score
+
+    assert shown_score(29_999 / 30_000) == 0.99
+    assert shown_score(29_999 / 30_000, 3) == 0.999
+    assert shown_score(1.0) == 1.0
+    assert shown_score(0.5) == 0.5
+    assert shown_score(2 / 3) == 0.66
+    assert shown_score(0.29) == 0.29  # 0.29 * 100 is 28.999...: not cut to 0.28
+
+
+def test_the_headline_of_a_failing_run_shows_the_cut_score() -> None:
+    from attest_otel.cli.render import headline
+    from attest_otel.model import CheckResult, Finding
+
+    findings = [Finding("pass", "correct", f"t{i}", "", None, i, {}) for i in range(9_999)] + [
+        Finding("fail", "disallowed", "x", "not allowed", None, 9_999, {})
+    ]
+    result = CheckResult(
+        check="tool_use",
+        passed=False,
+        verdict="fail",
+        score=9_999 / 10_000,
+        summary="",
+        findings=findings,
+        metadata={},
+    )
+    line = headline(result)
+    assert "score 0.99 (9999/10000 calls correct)" in line

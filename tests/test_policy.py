@@ -134,6 +134,22 @@ def test_a_yaml_syntax_error_names_the_line() -> None:
     assert info.value.problems[0].startswith(f"line {info.value.line},")
 
 
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ('agents:\n  a:\n    allowed_tools: "a\n  b:\n', 3),  # an open quote
+        ("agents:\n  a:\n    allowed_tools: [a, b\n", 3),  # an open bracket
+    ],
+)
+def test_yaml_that_ends_too_soon_points_at_what_was_left_open_not_past_the_end(
+    text: str, line: int
+) -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "p.yaml")
+    assert info.value.line == line <= len(text.splitlines())
+    assert "that starts here" in info.value.problems[0]
+
+
 def test_a_missing_file_is_an_input_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as info:
         load_policy(tmp_path / "nope.yaml")

@@ -53,3 +53,27 @@ def test_the_quick_start_says_how_to_get_the_command_on_path_and_what_make_test_
     assert ".venv/bin/attest-otel grade --file examples/" in quick
     assert "uv tool install ." in quick and "pipx install ." in quick
     assert "prometheus" in quick and "chromium" in quick and "CI=true" in quick
+
+
+def _section(title: str) -> str:
+    return README.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_your_own_agent_names_the_capture_setting_of_every_dialect() -> None:
+    import re
+
+    from attest_otel.adapt.explain import CAPTURE_SETTINGS
+
+    section = _section("Your own agent")
+    for dialect, setting in CAPTURE_SETTINGS.items():
+        if dialect == "generic":
+            continue
+        token = re.findall(r"[A-Z][A-Z_]{5,}(?:=\w+)?|\w+=\w+|recordInputs: true", setting)[0]
+        assert token in section, (dialect, token)
+
+
+def test_your_own_agent_runs_the_shipped_local_config() -> None:
+    section = _section("Your own agent")
+    assert "--config collector-config/attest-otel.local.yaml" in section
+    assert (ROOT / "collector-config" / "attest-otel.local.yaml").is_file()
+    assert "ANTHROPIC_BASE_URL" in _section("The command line")

@@ -277,3 +277,47 @@ def test_report_html_writes_the_page_and_refuses_a_trace_url_without_a_trace_id(
     )
     assert result.exit_code == 2
     assert "{trace_id}" in result.stderr
+
+
+def test_report_html_says_where_the_page_went_instead_of_printing_the_text(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "store.db"
+    _store(db)
+    page = tmp_path / "r.html"
+    result = CliRunner().invoke(main, ["report", "--from", f"store:{db}", "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert result.stderr.strip() == f"report: wrote {page} (2/5 runs passed in the window)"
+    assert 'id="chart-time"' in page.read_text()
+
+
+def test_the_page_shows_the_pass_rate_per_hour_and_a_drop_after_a_deploy() -> None:
+    from attest_otel.report.html import render_html
+    from attest_otel.report.stats import HOUR_NS, GradeRecord, build_report
+
+    def record(hour: int, i: int, passed: bool) -> GradeRecord:
+        result = {"check": "tool_use", "passed": passed, "verdict": "pass" if passed else "fail"}
+        return GradeRecord(f"t{hour}-{i}", "billing", hour * HOUR_NS + i, result)
+
+    records = [record(h, i, True) for h in (100, 101) for i in range(4)]
+    records += [record(102, i, i == 0) for i in range(4)]  # the deploy: 1 of 4 pass
+    report = build_report(records, since_ns=100 * HOUR_NS, until_ns=103 * HOUR_NS)
+    assert [(b.passed, b.total) for b in report.by_hour] == [(4, 4), (4, 4), (1, 4)]
+    assert report.to_dict()["by_hour"][2] == {
+        "start": "1970-01-05T06:00:00Z",
+        "passed": 1,
+        "runs": 4,
+    }
+    page = render_html(report)
+    assert page.count('class="bucket"') == 3
+    assert "1/4 passed, 25.0%" in page
+
+
+def test_more_than_three_days_of_hours_are_shown_per_day() -> None:
+    from attest_otel.report.stats import HOUR_NS, Bucket, coarsen
+
+    hours = [Bucket(h * HOUR_NS, 1, 2) for h in range(0, 24 * 5)]
+    days = coarsen(hours)
+    assert [(b.passed, b.total) for b in days] == [(24, 48)] * 5
+    assert coarsen(hours[:72]) == hours[:72]

@@ -25,12 +25,33 @@ from attest_otel.cli.serve import serve
 from attest_otel.errors import AttestOtelError
 
 
+def _usage_error(e: click.UsageError) -> None:
+    """click's three lines (usage, hint, error) as one, with where to read more."""
+    path = e.ctx.command_path if e.ctx is not None else "attest-otel"
+    fail(f"{e.format_message()} (see '{path} --help')", e.exit_code)
+
+
 class _Group(click.Group):
     """Turns our own errors into one line and an exit code, whatever command raised them."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:  # the group's own options
+            _usage_error(e)
+            raise  # not reached: fail exits
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:  # a command's options, or no such command
+            _usage_error(e)
         except AttestOtelError as e:
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:

@@ -74,6 +74,41 @@ def model_options(f: F) -> F:
     return f
 
 
+def _apply_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """The sidecar's config file as the defaults of this command: its store for `--from`,
+    its policy for `--policy`. Flags given on the command line still win (click reads
+    `default_map` only for what the user left out)."""
+    if value is None:
+        return
+    from attest_otel.sidecar.config import load_service_config
+
+    config = load_service_config(value)
+    store = config.store.url or str(config.store.path)
+    defaults: dict[str, Any] = {"source": f"store:{store}"}
+    if config.grading.policy is not None:
+        defaults["policy"] = str(config.grading.policy)
+    names = {param.name for param in ctx.command.params}
+    ctx.default_map = {
+        **(ctx.default_map or {}),
+        **{k: v for k, v in defaults.items() if k in names},
+    }
+
+
+def config_option(f: F) -> F:
+    """`--config FILE`: read where the sidecar keeps its store (and its policy) from its
+    config, instead of repeating `--from store:PATH` on every call."""
+    return click.option(
+        "--config",
+        "config",
+        type=click.Path(dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=_apply_config,
+        help="The sidecar's config file: its store and policy become the defaults of "
+        "--from and --policy.",
+    )(f)
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(f)
 

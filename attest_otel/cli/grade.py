@@ -12,6 +12,7 @@ import click
 
 from attest_otel.cli.common import (
     Warnings,
+    config_option,
     exit_for,
     json_option,
     model_options,
@@ -67,6 +68,7 @@ def _parse_fallbacks(
 )
 @click.option("--trace-id", help="Grade one trace by id, from --from (default: the store).")
 @trace_source_options
+@config_option
 @click.option(
     "--store",
     "store",

@@ -18,6 +18,7 @@ import click
 
 from attest_otel.adapt import TraceRuns
 from attest_otel.adapt.explain import SpanReading, gaps
+from attest_otel.cli.common import config_option
 from attest_otel.cli.sources import load_trace, trace_source_options
 from attest_otel.errors import UsageError
 
@@ -30,6 +31,7 @@ from attest_otel.errors import UsageError
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document per trace, a line each.")
 @trace_source_options
+@config_option
 def inspect(
     file: Path | None,
     trace_id: str | None,

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from attest_otel.adapt.explain import capture_hints
-from attest_otel.model import CheckResult, Finding, Run
+from attest_otel.model import CheckResult, Finding, Run, shown_score
 from attest_otel.pipeline import GradedTrace
 
 _MARK = {"pass": "✓", "warn": "?", "fail": "✗"}
@@ -49,7 +49,8 @@ def headline(result: CheckResult) -> str:
         f"{_HEADLINE[result.verdict]:<6}", fg=_HEADLINE_COLOUR[result.verdict], bold=True
     )
     correct = sum(f.verdict == "correct" for f in result.findings)
-    return f"{label} score {result.score:.2f} ({correct}/{len(result.findings)} calls correct)"
+    score = shown_score(result.score)
+    return f"{label} score {score:.2f} ({correct}/{len(result.findings)} calls correct)"
 
 
 def finding_line(finding: Finding, *, indent: str = "  ") -> str:

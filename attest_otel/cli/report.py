@@ -12,11 +12,13 @@ from typing import Any
 
 import click
 
+from attest_otel.cli.common import config_option
 from attest_otel.cli.sources import DEFAULT_SOURCE, Duration, Rate, open_source
 from attest_otel.errors import UsageError
 
 
 @click.command()
+@config_option
 @click.option(
     "--since",
     "since_s",
@@ -115,6 +117,12 @@ def report(
             raise UsageError(f"--html {html_path}: {e.strerror or e}") from None
     if as_json:
         click.echo(json.dumps(built.to_dict(), indent=2, ensure_ascii=False))
+    elif html_path is not None:  # the page is the report: say where it went, not both
+        o = built.overall
+        click.echo(
+            f"report: wrote {html_path} ({o.passed}/{o.total} runs passed in the window)",
+            err=True,
+        )
     else:
         width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 120
         click.echo(render_text(built, width=max(60, width), limit=limit))

@@ -194,6 +194,7 @@ def serve(
     and forwards what is held (within shutdown.deadline_s), flushes and exits 0.
     """
     from attest_otel.sidecar.config import config_lines, load_service_config
+    from attest_otel.sidecar.preflight import forward_problem
     from attest_otel.sidecar.service import build_service  # the grading stack: serve only
 
     setup_logging(log_level)
@@ -232,6 +233,10 @@ def serve(
     try:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         service.start()
+        # After every check that can refuse the start: a failed start stays one line.
+        problem = forward_problem(config.forward.endpoint, config.forward.protocol)
+        if problem is not None:
+            log.warning(problem)
         while not stop.wait(0.5):
             pass
     finally:

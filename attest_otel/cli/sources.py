@@ -167,7 +167,7 @@ def trace_source_options(f: F) -> F:
             "since_s",
             type=Duration(),
             metavar="DURATION",
-            help="Grade every trace received in this window (30m, 24h, 7d); "
+            help="Every trace received in this window (30m, 24h, 7d), not one trace id; "
             "store: and file: sources.",
         ),
     ]

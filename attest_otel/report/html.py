@@ -16,7 +16,18 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from urllib.parse import quote
 
-from attest_otel.report.stats import NO_AGENT, Rate, Report, WorstRun, iso_time, percent
+from attest_otel.model import shown_score
+from attest_otel.report.stats import (
+    HOUR_NS,
+    NO_AGENT,
+    Bucket,
+    Rate,
+    Report,
+    WorstRun,
+    coarsen,
+    iso_time,
+    percent,
+)
 
 __all__ = ["CSP", "render_html"]
 
@@ -118,6 +129,51 @@ def rate_chart(rates: Sequence[Rate]) -> str:
     )
 
 
+_TIME_H = 120
+
+
+def timeline_chart(hours: Sequence[Bucket]) -> str:
+    """Pass rate per hour (per day past three days) as columns, so a step down after a
+    deploy shows; a column's tooltip gives its runs."""
+    buckets = coarsen(hours)
+    per_day = len(buckets) != len(hours) or (
+        len(buckets) > 1 and buckets[1].start_ns - buckets[0].start_ns >= 24 * HOUR_NS
+    )
+    width = _LABEL_W + _BAR_W + 120
+    step = _BAR_W / max(1, len(buckets))
+    body = []
+    for pct in (0, 50, 100):
+        y = 4 + _TIME_H * (1 - pct / 100)
+        body.append(
+            f'<line x1="{_LABEL_W}" y1="{y:.1f}" x2="{_LABEL_W + _BAR_W}" y2="{y:.1f}" '
+            f'stroke="#ddd"/><text x="{_LABEL_W - 6}" y="{y + 4:.1f}" '
+            f'text-anchor="end">{pct}%</text>'
+        )
+    for i, b in enumerate(buckets):
+        h = _TIME_H * b.rate
+        x = _LABEL_W + i * step
+        when = iso_time(b.start_ns)[: 10 if per_day else 13] + ("" if per_day else "h")
+        body.append(
+            f'<rect class="bucket" x="{x + 1:.1f}" y="{4 + _TIME_H - h:.1f}" '
+            f'width="{max(1.0, step - 2):.1f}" height="{h:.1f}" fill="#1565c0">'
+            f"<title>{escape(when)}: {b.passed}/{b.total} passed, {percent(b.rate)}</title></rect>"
+        )
+    first = iso_time(buckets[0].start_ns)[:16] if buckets else ""
+    last = iso_time(buckets[-1].start_ns)[:16] if buckets else ""
+    body.append(
+        f'<text x="{_LABEL_W}" y="{_TIME_H + 22}">{escape(first)}</text>'
+        f'<text x="{_LABEL_W + _BAR_W}" y="{_TIME_H + 22}" text-anchor="end">{escape(last)}</text>'
+    )
+    unit = "day" if per_day else "hour"
+    title = f"Pass rate per {unit}"
+    height = _TIME_H + 30
+    return (
+        f'<svg id="chart-time" class="chart" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{title}"><title>{title}</title>' + "".join(body) + "</svg>"
+    )
+
+
 def _stacked(
     chart_id: str, title: str, rows: Mapping[str, Mapping[str, int]], colours: Mapping[str, str]
 ) -> str:
@@ -199,6 +255,13 @@ def render_html(report: Report, *, trace_url: str | None = None) -> str:
         f'<p id="overall">Runs passed: <b>{o.passed}/{o.total} = {percent(o.rate)}</b> '
         f"(95% CI {percent(o.low)} - {percent(o.high)})</p>"
     )
+    if report.by_hour:
+        parts += [
+            "<h2>Pass rate over time</h2>",
+            "<p>Share of runs that passed in each hour of the window (each day, for a window "
+            "of more than three days); hours with no graded run are left out.</p>",
+            timeline_chart(report.by_hour),
+        ]
     parts += [
         "<h2>Pass rate per agent</h2>",
         "<p>The bar is the share of runs that passed; the whisker is its 95% Wilson "
@@ -253,7 +316,7 @@ def render_html(report: Report, *, trace_url: str | None = None) -> str:
                 ["score", "verdict", "failed calls", "agent", "trace", "summary"],
                 [
                     [
-                        f"{w.score:.2f}",
+                        f"{shown_score(w.score):.2f}",
                         escape(w.verdict),
                         str(w.failed_calls),
                         escape(w.agent or NO_AGENT),

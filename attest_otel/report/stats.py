@@ -207,6 +207,45 @@ def worst_runs(records: Iterable[GradeRecord], limit: int = 10) -> list[WorstRun
     return out[:limit]
 
 
+HOUR_NS = 3600 * 10**9
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """Runs graded in one hour (or day) of the window: a regression after a deploy shows
+    as a step down from one bucket to the next."""
+
+    start_ns: int
+    passed: int
+    total: int
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+
+def pass_rate_by_hour(records: Iterable[GradeRecord]) -> list[Bucket]:
+    counts: dict[int, list[int]] = {}
+    for r in records:
+        c = counts.setdefault(r.graded_ns // HOUR_NS, [0, 0])
+        c[0] += r.passed
+        c[1] += 1
+    return [Bucket(h * HOUR_NS, p, n) for h, (p, n) in sorted(counts.items())]
+
+
+def coarsen(buckets: Sequence[Bucket], most: int = 72) -> list[Bucket]:
+    """Hours as days when there are more than `most` of them, so a week stays readable."""
+    if len(buckets) <= most:
+        return list(buckets)
+    day = 24 * HOUR_NS
+    days: dict[int, list[int]] = {}
+    for b in buckets:
+        c = days.setdefault(b.start_ns // day, [0, 0])
+        c[0] += b.passed
+        c[1] += b.total
+    return [Bucket(d * day, p, n) for d, (p, n) in sorted(days.items())]
+
+
 @dataclass(frozen=True, slots=True)
 class Report:
     since_ns: int | None
@@ -219,6 +258,8 @@ class Report:
     verdicts_by_tool: dict[str, dict[str, int]] = field(default_factory=dict)
     """Tool -> verdict -> calls, for the HTML page's stacked bars."""
     errors_by_recovery: dict[str, int] = field(default_factory=dict)
+    by_hour: list[Bucket] = field(default_factory=list)
+    """Runs passed per hour of the window, hours with no run left out."""
     """Calls that errored, by how the agent handled them (`attest.recovery`)."""
 
     def to_dict(self) -> dict[str, Any]:
@@ -242,6 +283,10 @@ class Report:
             "worst_runs": [{**asdict(w), "graded_at": iso_time(w.graded_ns)} for w in self.worst],
             "verdicts_by_tool": self.verdicts_by_tool,
             "errors_by_recovery": self.errors_by_recovery,
+            "by_hour": [
+                {"start": iso_time(b.start_ns), "passed": b.passed, "runs": b.total}
+                for b in self.by_hour
+            ],
         }
 
 
@@ -300,6 +345,7 @@ def build_report(
         worst=worst_runs(kept, limit),
         verdicts_by_tool=verdicts_by_tool(kept),
         errors_by_recovery=errors_by_recovery(kept),
+        by_hour=pass_rate_by_hour(kept),
     )
 
 
@@ -361,6 +407,7 @@ def report_from_counts(
         worst=list(counts.worst[:limit]),
         verdicts_by_tool={tool: verdicts[tool] for tool in order},
         errors_by_recovery=dict(sorted(counts.recoveries, key=lambda kv: (-kv[1], kv[0]))),
+        by_hour=[Bucket(h * HOUR_NS, p, n) for h, p, n in sorted(counts.hours)],
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from attest_otel.model import shown_score
 from attest_otel.report.stats import NO_AGENT, Rate, Report, iso_time, percent
 
 __all__ = ["render_text", "table"]
@@ -104,7 +105,7 @@ def render_text(report: Report, *, width: int = 100, limit: int = 10) -> str:
                 ["score", "verdict", "failed", "trace id", "agent", "summary"],
                 [
                     [
-                        f"{w.score:.2f}",
+                        f"{shown_score(w.score):.2f}",
                         w.verdict,
                         str(w.failed_calls),
                         w.trace_id,

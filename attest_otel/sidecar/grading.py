@@ -38,7 +38,7 @@ from attest_otel.export.annotate import GRADE_MARKS, annotate_spans, annotation_
 from attest_otel.export.log_records import log_records
 from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_request
-from attest_otel.model import CheckResult, Run, Step, ToolCall
+from attest_otel.model import CheckResult, Run, Step, ToolCall, shown_score
 from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.policy import load_policy
 from attest_otel.sidecar.buffer import HeldTrace
@@ -251,7 +251,7 @@ class TraceGrader:
                     "span_id": run.span_id,
                     "agent": run.agent,
                     "verdict": result.verdict,
-                    "score": round(result.score, 3),
+                    "score": shown_score(result.score, 3),
                     "calls": len(result.findings),
                     "released": trace.reason,
                 },

@@ -50,7 +50,7 @@ from attest_otel import semconv
 from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.grade_span import emit_grade_span
 from attest_otel.export.otlp_config import default_resource, package_version
-from attest_otel.model import CheckResult, Run
+from attest_otel.model import CheckResult, Run, shown_score
 from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.grading import grade_again, grade_again_in_worker
@@ -276,7 +276,7 @@ class Regrader:
                     "span_id": run.span_id,
                     "agent": run.agent,
                     "verdict": result.verdict,
-                    "score": round(result.score, 3),
+                    "score": shown_score(result.score, 3),
                     "late_spans": late_spans,
                     "released": reason,
                 },

@@ -435,7 +435,14 @@ class Service:
             )
             self.http.start()
         except BaseException:
-            self.shutdown(2.0)
+            # Undoing a start that failed: its error is the one line the user sees, so the
+            # shutdown's own INFO lines stay out of it.
+            level = log.level
+            log.setLevel(max(level, logging.WARNING))
+            try:
+                self.shutdown(2.0)
+            finally:
+                log.setLevel(level)
             raise
         log.info(
             "attest-otel sidecar started",

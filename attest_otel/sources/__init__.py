@@ -20,11 +20,11 @@ from attest_otel.errors import UsageError
 from attest_otel.ingest.decode import Decoded
 from attest_otel.sources import file, jaeger, phoenix, store_source, tempo
 from attest_otel.sources.base import Source as Source
-from attest_otel.sources.base import SourceKind
 from attest_otel.sources.base import TraceNotFoundError as TraceNotFoundError
 from attest_otel.sources.base import normalize_trace_id as normalize_trace_id
 from attest_otel.sources.http import HttpOptions as HttpOptions
 from attest_otel.sources.http import parse_headers as parse_headers
+from attest_otel.sources.kind import SourceKind
 
 __all__ = [
     "KINDS",

@@ -8,9 +8,8 @@ trace was stored. Each backend gives the answer in its own shape; turning that s
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
 
 # TraceNotFoundError lives with the rest of the error tree; imported here for the sources.
 from attest_otel.errors import TraceNotFoundError as TraceNotFoundError
@@ -19,12 +18,8 @@ from attest_otel.ingest.candidate import is_genai_candidate
 from attest_otel.ingest.decode import Decoded
 from attest_otel.model import Span
 
-if TYPE_CHECKING:
-    from attest_otel.sources.http import HttpOptions
-
 __all__ = [
     "Source",
-    "SourceKind",
     "TraceNotFoundError",
     "decoded_from_spans",
     "normalize_span_id",
@@ -52,20 +47,6 @@ class Source(Protocol):
     def close(self) -> None:
         """Releases connections or files; safe to call twice."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class SourceKind:
-    """One `--from KIND:WHERE` entry: how WHERE becomes a `Source`. Each source module
-    declares its own; `sources/__init__.py` registers them in one tuple."""
-
-    name: str
-    """The prefix of `--from`."""
-    where: Literal["url", "path", "optional path"]
-    """What follows the colon; a URL gets the HTTP options (headers, TLS, timeout)."""
-    example: str
-    """Shown when WHERE is missing."""
-    build: Callable[[str, HttpOptions | None], Source]
 
 
 def parse_hex_id(text: str, nbytes: int) -> str:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from attest_otel.ingest.decode import Decoded, decode_file
 from attest_otel.sources.base import (
-    SourceKind,
     TraceNotFoundError,
     normalize_trace_id,
     only_trace,
 )
+from attest_otel.sources.kind import SourceKind
 
 __all__ = ["FileSource"]
 

@@ -30,7 +30,6 @@ from attest_otel.errors import SourceError
 from attest_otel.ingest.decode import Decoded
 from attest_otel.model import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
 from attest_otel.sources.base import (
-    SourceKind,
     TraceNotFoundError,
     decoded_from_spans,
     join_url,
@@ -38,6 +37,7 @@ from attest_otel.sources.base import (
     parse_hex_id,
 )
 from attest_otel.sources.http import HttpClient, HttpOptions, Response
+from attest_otel.sources.kind import SourceKind
 
 __all__ = [
     "MAX_PAGES",

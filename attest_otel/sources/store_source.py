@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 from attest_otel.errors import InputError, SourceError
 from attest_otel.ingest.decode import Decoded, decode_bytes
 from attest_otel.sources.base import (
-    SourceKind,
     TraceNotFoundError,
     normalize_trace_id,
     only_trace,
 )
+from attest_otel.sources.kind import SourceKind
 from attest_otel.store import (
     GradeSummary,
     Store,

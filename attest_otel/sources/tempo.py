@@ -25,13 +25,13 @@ from typing import Any
 from attest_otel.errors import InputError, SourceError
 from attest_otel.ingest.decode import Decoded, decode_bytes
 from attest_otel.sources.base import (
-    SourceKind,
     TraceNotFoundError,
     join_url,
     normalize_trace_id,
     only_trace,
 )
 from attest_otel.sources.http import HttpClient, HttpOptions, Response
+from attest_otel.sources.kind import SourceKind
 
 __all__ = ["TempoSource", "otlp_json_from_tempo"]
 

@@ -220,4 +220,6 @@ class GradeSummary:
     examples: dict[tuple[str, str], str] = field(default_factory=dict)
     """(verdict, tool) -> the latest trace id with such a call that did not pass."""
     recoveries: list[tuple[str, int]] = field(default_factory=list)
+    hours: list[tuple[int, int, int]] = field(default_factory=list)
+    """(hour since the epoch, runs passed, runs), for the report's pass rate over time."""
     worst: list[WorstRow] = field(default_factory=list)

@@ -428,6 +428,7 @@ class PostgresStore:
             agents = conn.execute(queries["agents"], params).fetchall()
             calls = conn.execute(queries["calls"], params).fetchall()
             recoveries = conn.execute(queries["recoveries"], params).fetchall()
+            hours = conn.execute(queries["hours"], params).fetchall()
             problems = sorted(
                 ((int(c), int(r), str(v), str(t)) for t, v, s, c, r, _, _ in calls if s != "pass"),
                 key=lambda p: (-p[0], -p[1], p[2], p[3]),
@@ -459,6 +460,7 @@ class PostgresStore:
             ],
             examples=examples,
             recoveries=[(str(r), int(n)) for r, n in recoveries],
+            hours=[(int(h), int(p), int(n)) for h, p, n in hours],
             worst=[
                 WorstRow(str(t), str(s), a, int(g), float(sc), str(v), int(f), _summary_of(text))
                 for t, s, a, g, sc, v, f, text in worst

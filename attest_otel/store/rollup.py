@@ -140,6 +140,12 @@ SELECT tool, verdict, severity, sum(calls), sum(runs), sum(tool_runs), sum(tool_
     count(*) FILTER (WHERE tool_first AND NOT tool_failed)
   FROM grade_calls WHERE {raw} GROUP BY 1, 2, 3) t GROUP BY tool, verdict, severity
 HAVING sum(runs) > 0""",
+        "hours": f"""
+SELECT hour, sum(passed), sum(runs) FROM (
+  SELECT bucket AS hour, passed, runs FROM rollup_agents WHERE bucket >= %s AND bucket < %s
+  UNION ALL
+  SELECT graded_ns / {HOUR_NS}, count(*) FILTER (WHERE passed), count(*) FROM grades
+  WHERE {raw} GROUP BY 1) t GROUP BY hour HAVING sum(runs) > 0""",
         "recoveries": f"""
 SELECT recovery, sum(calls) FROM (
   SELECT recovery, calls FROM rollup_recoveries WHERE bucket >= %s AND bucket < %s

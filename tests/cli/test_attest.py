@@ -121,3 +121,33 @@ def test_tools_does_not_import_anthropic_or_grpc() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["report", "--since", "5x"], "Invalid value for '--since'"),
+        (["grade", "--bogus"], "No such option '--bogus'"),
+        (["nope"], "No such command 'nope'"),
+    ],
+)
+def test_a_usage_error_is_one_line_with_where_to_read_more(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "attest_otel.cli", *args], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("attest-otel: error: ") and message in lines[0]
+    assert "--help')" in lines[0]
+
+
+def test_inspect_help_does_not_promise_to_grade() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "attest_otel.cli", "inspect", "--help"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0
+    assert "Grade every trace" not in done.stdout

@@ -230,3 +230,29 @@ def test_export_sends_the_grade_back_into_the_trace_under_the_agent_span(
     assert span.parent_span_id.hex() == run.span_id
     assert result.stderr.startswith("sent ")
     assert "error_silent" in result.stdout
+
+
+def test_config_gives_the_sidecars_store_to_grade_inspect_and_report(tmp_path: Path) -> None:
+    import time
+
+    path = tmp_path / "sidecar-store.db"
+    tids = _store_with_grades(path, graded_ns=time.time_ns() - 60 * 10**9)
+    config = tmp_path / "attest-otel.yaml"
+    config.write_text(f"forward:\n  endpoint: http://127.0.0.1:1\nstore:\n  path: {path}\n")
+    result = _invoke("grade", "--since", "1h", "--config", str(config), "--json")
+    assert [t["trace_id"] for t in json.loads(result.output)["traces"]] == tids
+    result = _invoke("inspect", "--trace-id", tids[0], "--config", str(config), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.output.splitlines()[0])["trace_id"] == tids[0]
+    result = _invoke("report", "--since", "1h", "--config", str(config), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.output)["runs"]["total"] > 0
+
+    # A flag still wins over the config; a broken config is one line and exit 2.
+    other = tmp_path / "other.db"
+    result = _invoke("grade", "--since", "1h", "--config", str(config), "--from", f"store:{other}")
+    assert result.exit_code == 2 and f"{other}: no trace store here" in result.stderr
+    config.write_text("forward: {endpoint: http://127.0.0.1:1}\nstore: {paht: x}\n")
+    result = _invoke("report", "--config", str(config))
+    assert result.exit_code == 2
+    assert len(result.stderr.splitlines()) == 1 and "store.paht" in result.stderr
