@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, PlainValidator
+from pydantic import Field as PydanticField
 
 from attest_otel.adapt.dialect_config import DialectsSection, compile_dialects
 from attest_otel.adapt.span_policy import from_span
@@ -134,8 +135,12 @@ class AgentEntry(FileModel):
 
     what: ClassVar[str] = "a mapping with allowed_tools and/or tool_fallbacks"
 
-    allowed_tools: ToolNames | None = None
-    tool_fallbacks: Fallbacks | None = None
+    allowed_tools: ToolNames | None = PydanticField(
+        None, description="The tools the agent may call; [] allows none, absent allows all."
+    )
+    tool_fallbacks: Fallbacks | None = PydanticField(
+        None, description="Tool name -> the tools that may stand in for it when it fails."
+    )
 
 
 class PolicyFile(FileModel):
@@ -149,8 +154,10 @@ class PolicyFile(FileModel):
             BeforeValidator(expect(dict, "a mapping of agent name to its policy")),
         ]
         | None
-    ) = None
-    dialects: DialectsSection | None = None
+    ) = PydanticField(None, description='Agent name (as the trace gives it; "*" for any) -> entry.')
+    dialects: DialectsSection | None = PydanticField(
+        None, description="Declared dialects (README, 'Teach it a dialect')."
+    )
 
 
 def load_policy(path: str | Path, environ: Mapping[str, str] | None = None) -> Policy:

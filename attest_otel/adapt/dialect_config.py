@@ -177,19 +177,33 @@ class CondModel(FileModel):
         PlainValidator(
             _attribute, json_schema_input_type=str | list[str] | dict[str, _Scalar | list[_Scalar]]
         ),
-    ] = None
+    ] = PydanticField(
+        None,
+        description="The span has these attributes; {KEY: VALUE}: the attribute equals a value.",
+    )
     attribute_prefix: Annotated[
         dict[str, Texts] | None, BeforeValidator(expect(dict, "attribute: prefixes"))
-    ] = None
-    name: Texts | None = None
-    name_prefix: Texts | None = None
-    name_regex: Regex | None = None
-    kind: Kinds | None = None
-    scope: Texts | None = None
+    ] = PydanticField(
+        None,
+        description="{KEY: PREFIX}: the attribute is a string starting with a prefix.",
+    )
+    name: Texts | None = PydanticField(
+        None, description="The span name equals it (or one of a list)."
+    )
+    name_prefix: Texts | None = PydanticField(
+        None, description="The span name starts with it (or one of a list)."
+    )
+    name_regex: Regex | None = PydanticField(
+        None, description="The regular expression (RE2 syntax) is found in the span name."
+    )
+    kind: Kinds | None = PydanticField(None, description="The span kind (or one of a list).")
+    scope: Texts | None = PydanticField(
+        None, description="The instrumentation scope name equals it (or one of a list)."
+    )
     any: Annotated[
         tuple[CondModel, ...] | None,
         BeforeValidator(expect(list, "a list of conditions", empty=False)),
-    ] = None
+    ] = PydanticField(None, description="At least one of these conditions holds.")
 
     @classmethod
     def check_raw(cls, data: Mapping[str, Any]) -> list[tuple[Loc, str]]:
@@ -226,16 +240,41 @@ class SourceModel(FileModel):
     raw: ClassVar[bool] = False
     """Not decoded as JSON unless `json: true` (`_RAW_FIELDS`)."""
 
-    attribute: Text | None = None
-    event: Text | None = None
-    log: Text | None = None
-    span_name: Regex | None = None
-    genai_events: Flag | None = None
-    json_: Flag | None = PydanticField(default=None, alias="json")
-    path: Text | None = None
-    args_kwargs: Flag | None = None
-    unwrap: Texts | None = None
-    role: Text | None = None
+    attribute: Text | None = PydanticField(
+        None, description="A span attribute (with event or log: that record's attribute)."
+    )
+    event: Text | None = PydanticField(
+        None,
+        description="A span event's attributes (input/output take every such event, in order).",
+    )
+    log: Text | None = PydanticField(
+        None,
+        description="A log record with this event name tied to the span: its body or an attribute.",
+    )
+    span_name: Regex | None = PydanticField(
+        None, description="The first group the regular expression captures from the span name."
+    )
+    genai_events: Flag | None = PydanticField(
+        None,
+        description="true (content fields only): the OTel GenAI events on the span or in its logs.",
+    )
+    json_: Flag | None = PydanticField(
+        None, alias="json", description="false: keep a string as it is (JSON is decoded)."
+    )
+    path: Text | None = PydanticField(
+        None,
+        description="Walk into the decoded value: keys, list indexes, * for every item.",
+    )
+    args_kwargs: Flag | None = PydanticField(
+        None, description="true: a Python call record {args, kwargs} becomes its keyword arguments."
+    )
+    unwrap: Texts | None = PydanticField(
+        None, description="An object with one of these as its only key becomes that key's value."
+    )
+    role: Text | None = PydanticField(
+        None,
+        description="input/output only: the role of plain text and of messages that name none.",
+    )
 
     @classmethod
     def scalar(cls, value: Any) -> dict[str, Any]:
@@ -322,8 +361,10 @@ class RuleModel(FileModel):
     required: ClassVar[Mapping[str, str]] = {"when": "missing `when` (the condition for this rule)"}
     role: ClassVar[Role] = Role.OTHER
 
-    rule: Text | None = None
-    when: CondModel
+    rule: Text | None = PydanticField(
+        None, description="The name inspect shows (default: the role, or role[i] in a list)."
+    )
+    when: CondModel = PydanticField(description="The condition a span must meet for this rule.")
 
     @classmethod
     def unknown_key(cls, name: str) -> str:
@@ -384,7 +425,9 @@ class DialectModel(FileModel):
 
     what: ClassVar[str] = "a mapping of `match` and role rules"
 
-    match: Annotated[CondModel | None, BeforeValidator(refuse_null(CondModel.what))] = None
+    match: Annotated[CondModel | None, BeforeValidator(refuse_null(CondModel.what))] = (
+        PydanticField(None, description="The dialect's spans: matched by no rule, read as nothing.")
+    )
     agent: _rules("agent") = None  # type: ignore[valid-type]
     tool: _rules("tool") = None  # type: ignore[valid-type]
     model: _rules("model") = None  # type: ignore[valid-type]
@@ -436,7 +479,9 @@ class DialectFile(FileModel):
 
     what: ClassVar[str] = "a mapping with a `dialects` key"
 
-    dialects: DialectsSection | None = None
+    dialects: DialectsSection | None = PydanticField(
+        None, description="Dialect name -> its `match` and rules by role."
+    )
 
 
 def compile_dialects(
