@@ -7,7 +7,8 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -107,6 +108,22 @@ def config_option(f: F) -> F:
         help="The sidecar's config file: its store and policy become the defaults of "
         "--from and --policy.",
     )(f)
+
+
+@contextlib.contextmanager
+def status(label: str, *, enabled: bool | None = None) -> Iterator[None]:
+    """`label...` on stderr while a long step runs, with the seconds it took once done, on a
+    terminal only (a pipe or a CI log gets nothing): a 12-second read shows a sign of life."""
+    show = sys.stderr.isatty() if enabled is None else enabled
+    if not show:
+        yield
+        return
+    started = time.monotonic()
+    click.echo(f"{label}...", err=True, nl=False)
+    try:
+        yield
+    finally:
+        click.echo(f" {time.monotonic() - started:.1f}s", err=True)
 
 
 def json_option(f: F) -> F:

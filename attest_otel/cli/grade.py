@@ -16,6 +16,7 @@ from attest_otel.cli.common import (
     exit_for,
     json_option,
     model_options,
+    status,
     strict_option,
 )
 from attest_otel.cli.sources import trace_source_options
@@ -174,12 +175,14 @@ def grade(
     reading = Reading(loaded, allowed_tools, fallbacks or None)
     graded: list[GradedTrace]
     if file is not None:
-        decoded = decode_file(file)
+        with status(f"reading {file}"):
+            decoded = decode_file(file)
         if not decoded.spans:
             raise InputError(str(file), "no spans to grade")
-        graded = grade_traces(
-            decoded.spans, decoded.logs, reading, judge=judge, appropriate=appropriate
-        )
+        with status(f"grading {len(decoded.spans)} spans"):
+            graded = grade_traces(
+                decoded.spans, decoded.logs, reading, judge=judge, appropriate=appropriate
+            )
         _unused_policy_agents(loaded, [g.trace for g in graded], warn)
         warn.check()
     else:

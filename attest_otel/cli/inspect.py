@@ -112,6 +112,8 @@ def _as_dict(trace: TraceRuns) -> dict[str, Any]:
 
 
 def _lines(trace: TraceRuns) -> list[str]:
+    from attest_otel.cli import render
+
     out = [f"trace {trace.trace_id}", f"  read as: {', '.join(trace.dialects) or 'nothing'}"]
     if "generic" in trace.dialects:
         out.append(
@@ -128,7 +130,7 @@ def _lines(trace: TraceRuns) -> list[str]:
         out.append(f"    task: {_short(run.task) or '(not captured)'}")
         answer = run.final_answer
         out.append(f"    answer: {_short(answer) if answer is not None else '(not captured)'}")
-        out.append(f"    calls: {' -> '.join(c.name for c in calls) or 'none'}")
+        out.append(f"    calls: {render.call_sequence([c.name for c in calls])}")
         found = gaps(run, trace.dialects)
         if found.missing:
             out.append(f"    missing: {', '.join(found.missing)}")

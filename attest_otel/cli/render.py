@@ -44,6 +44,37 @@ def one_line(text: str | None, width: int = 90) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+def call_sequence(names: Sequence[str], width: int = 110) -> str:
+    """A run's calls in order, repeats folded (`search x3`), cut to about `width` with how
+    many were left out: a 30,000-call run is one short line, not 300 KB of one."""
+    if not names:
+        return "none"
+    folded: list[str] = []
+    i = 0
+    while i < len(names):
+        j = i
+        while j + 1 < len(names) and names[j + 1] == names[i]:
+            j += 1
+        folded.append(names[i] if j == i else f"{names[i]} x{j - i + 1}")
+        i = j + 1
+    text = " -> ".join(folded)
+    if len(text) <= width:
+        return text
+    kept: list[str] = []
+    used = 0
+    for part in folded:
+        if used + len(part) + 4 > width and kept:
+            break
+        kept.append(part)
+        used += len(part) + 4
+    shown = sum(int(p.rsplit(" x", 1)[1]) if " x" in p else 1 for p in kept)
+    return " -> ".join(kept) + f" -> ... ({len(names) - shown} more calls, {len(names)} in all)"
+
+
+MAX_PASSING_LINES = 20
+"""Past this many correct calls, a run's text lists its problems and counts the rest."""
+
+
 def headline(result: CheckResult) -> str:
     label = click.style(
         f"{_HEADLINE[result.verdict]:<6}", fg=_HEADLINE_COLOUR[result.verdict], bold=True
@@ -76,9 +107,17 @@ def run_block(title: str, run: Run, result: CheckResult, *, indent: str = "") ->
     if run.task:
         lines.append(f"{indent}  task: {one_line(run.task)}")
     if result.findings:
-        sequence = " -> ".join(f.subject for f in result.findings)
-        lines.append(f"{indent}  sequence: {one_line(sequence, 110)}")
-        lines.extend(finding_line(f, indent=indent + "  ") for f in result.findings)
+        sequence = call_sequence([f.subject for f in result.findings])
+        lines.append(f"{indent}  sequence: {sequence}")
+        passing = sum(f.severity == "pass" for f in result.findings)
+        fold = passing > MAX_PASSING_LINES
+        lines.extend(
+            finding_line(f, indent=indent + "  ")
+            for f in result.findings
+            if not fold or f.severity != "pass"
+        )
+        if fold:
+            lines.append(f"{indent}  ... and {passing} correct calls (--json lists every call)")
     else:
         lines.append(f"{indent}  no tool calls")
     return "\n".join(lines)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from attest_otel.cli.common import status
 from attest_otel.errors import UsageError
 
 if TYPE_CHECKING:
@@ -225,7 +226,8 @@ def load_trace(
     )
     opened = open_source(source, options)
     try:
-        return opened.fetch(trace_id)
+        with status(f"reading trace {trace_id}"):
+            return opened.fetch(trace_id)
     finally:
         opened.close()
 
@@ -311,7 +313,8 @@ def grade_from_source(
     graded: list[GradedTrace] = []
     try:
         if trace_id is not None:
-            graded = one(trace_id)
+            with status(f"reading and grading trace {trace_id}", enabled=show_progress):
+                graded = one(trace_id)
         elif since_s is not None:
             ids = traces_since(opened, since_s)
             for tid in progress(ids, f"grading {len(ids)} traces", enabled=show_progress):
