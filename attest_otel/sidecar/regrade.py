@@ -27,14 +27,11 @@ for it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +50,9 @@ from attest_otel.export.otlp_config import default_resource, package_version
 from attest_otel.model import CheckResult, Run, shown_score
 from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
-from attest_otel.sidecar.grading import grade_again, grade_again_in_worker
+from attest_otel.sidecar.grading import GradingFailed, grade_again, grade_again_in_worker
 from attest_otel.sidecar.stats import SidecarStats
+from attest_otel.sidecar.workers import Failed, GradingProcesses
 from attest_otel.store import StoredGrade, Writer, part_digest
 from attest_otel.store.scrub import scrub_result
 
@@ -134,7 +132,7 @@ class Regrader:
             RecentTraces() if store is None or content.mode == "drop" else None
         )
         self._spans = _GradeSpans(content)
-        self.pool: ProcessPoolExecutor | None = None
+        self.pool: GradingProcesses | None = None
         """The grading processes (`grading.grade_again_in_worker`); None: grade here."""
 
     def remember(self, trace_id: str, data: bytes, runs: list[tuple[Run, CheckResult]]) -> None:
@@ -202,6 +200,17 @@ class Regrader:
                 self.stats.add(late_ungraded=trace.spans)
                 return
             data, changed, runs = self._regrade(trace_id, prior, late)
+        except GradingFailed as e:
+            log.warning(
+                "regrading failed (%s); forwarding the late spans of trace %s ungraded",
+                e.failed.detail.strip().splitlines()[-1],
+                trace_id,
+                extra={"trace_id": trace_id, "spans": trace.spans, "reason": e.failed.reason},
+            )
+            self._forward(late, trace)
+            self.stats.add(late_ungraded=trace.spans, grade_failures=1)
+            self.stats.ungraded(e.failed.reason)
+            return
         except Exception:
             log.exception(
                 "regrading failed; forwarding the late spans of trace %s ungraded",
@@ -306,16 +315,13 @@ class Regrader:
     ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
         """`grading.grade_again` in a grading process when there is one, else here."""
         pool = self.pool
-        future = None
         if pool is not None:
-            with contextlib.suppress(RuntimeError):  # shut down meanwhile: the sidecar stops
-                future = pool.submit(grade_again_in_worker, prior, late, label)
-        if future is not None:
-            try:
-                return future.result()
-            except BrokenProcessPool:
-                log.error("the grading process died; grading late spans in this process")
-                self.pool = None
+            # Never again here when the process failed: what stalled it would stall us.
+            (answer,) = pool.map(grade_again_in_worker, [(prior, late, label)], [label])
+            if isinstance(answer, Failed):
+                raise GradingFailed(answer)
+            data, runs = answer
+            return data, runs
         return grade_again(prior, late, label, self.policy, self.grade_run, self.content)
 
 
