@@ -31,8 +31,9 @@ in docs/schemas/.
 
 from __future__ import annotations
 
+import difflib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
@@ -96,6 +97,24 @@ class Policy:
         if fallback is not None:
             return fallback
         return AgentPolicy()
+
+    def unused(self, seen: Iterable[str]) -> list[str]:
+        """One line per entry whose agent no run had (`billing_agnet`), with the closest
+        name seen: such an entry grades nothing, and its agent runs with every tool
+        allowed. The CLI says it after grading, the sidecar once its first runs are graded."""
+        names = sorted(set(seen))
+        lines = []
+        for name in self.agents:
+            if name == ANY_AGENT or name in names:
+                continue
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else f"agents seen: {', '.join(names) or 'none'}"
+            )
+            lines.append(f"policy {self.source}: agent {name!r} matches no run ({hint})")
+        return lines
 
     def resolve(
         self,

@@ -115,6 +115,8 @@ class TraceGrader:
         """Where the log records held with a trace go, after its spans."""
         self.quarantine: Quarantine | None = None
         """Traces that broke grading: forwarded ungraded, never graded again."""
+        self.saw_agent: Callable[[str | None], None] | None = None
+        """Told each graded run's agent (`policy_watch.PolicyWatch.saw`)."""
         self._here: dict[int, float] = {}
         """Grading threads grading in this process -> when they began (monotonic)."""
         self._here_lock = threading.Lock()
@@ -350,6 +352,8 @@ class TraceGrader:
         """Stats, the log line, metrics and what a regrade starts from, for one trace."""
         self.stats.graded(trace.reason or "complete", len(graded.runs), graded.failed)
         for run, result in graded.runs:
+            if self.saw_agent is not None:
+                self.saw_agent(run.agent)
             log.info(
                 "graded run",
                 extra={

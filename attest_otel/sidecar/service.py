@@ -60,6 +60,7 @@ from attest_otel.sidecar.grading import TraceGrader, init_worker
 from attest_otel.sidecar.http_receiver import HttpReceiver
 from attest_otel.sidecar.loading import declared_marks, load_grading
 from attest_otel.sidecar.log_wire import LOGS, METRICS, TRACES, untag
+from attest_otel.sidecar.policy_watch import PolicyWatch
 from attest_otel.sidecar.probe import agent_probe
 from attest_otel.sidecar.quarantine import Quarantine
 from attest_otel.sidecar.receivers import (
@@ -228,6 +229,9 @@ class Service:
             content=config.content,
         )
         self.grader.quarantine = self.quarantine
+        self.policy_watch = PolicyWatch(self.policy) if self.policy is not None else None
+        if self.policy_watch is not None:
+            self.grader.saw_agent = self.policy_watch.saw
         regrader = Regrader(  # late spans: the trace graded again
             policy=self.policy,
             grade_run=self.grader.grade_run,
@@ -280,6 +284,9 @@ class Service:
             full = backlog()
             if full is not None:
                 return False, full
+        watch = getattr(self, "policy_watch", None)
+        if ready and watch is not None and watch.detail:
+            return True, f"ready; {watch.detail}"
         return ready, why
 
     def _probe(
