@@ -24,23 +24,27 @@ Where the values come from, first match wins (`resolve_policy`):
 The file is checked whole when it loads and every problem is listed at once, each naming its
 key path and line, so a user fixes a file in one pass instead of one error per run. Values
 may name environment variables, `${env:NAME}` or `${env:NAME:-default}`, as in a Collector
-config (`yamlcheck` says how).
+config (`yamlcheck` says how). The file's shape is `PolicyFile`, a pydantic model (`yamlmodel`
+says how its problems keep their key path and line), published as a JSON Schema for editors
+in docs/schemas/.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from yaml.nodes import Node, ScalarNode, SequenceNode
+from pydantic import BeforeValidator, PlainValidator
+from pydantic import Field as PydanticField
 
-from attest_otel.adapt.dialect_config import DialectChecker
+from attest_otel.adapt.dialect_config import DialectsSection, compile_dialects
 from attest_otel.adapt.span_policy import from_span
-from attest_otel.errors import PolicyError
-from attest_otel.yamlcheck import STR_TAG, Checker, compose, is_null, kind, read_text
+from attest_otel.yamlcheck import read_text
+from attest_otel.yamlmodel import FileModel, expect, fail, kind_of, read_model
 
 if TYPE_CHECKING:
     from attest_otel.adapt.declared import DeclaredDialect
@@ -49,6 +53,7 @@ __all__ = [
     "ANY_AGENT",
     "AgentPolicy",
     "Policy",
+    "PolicyFile",
     "load_policy",
 ]
 
@@ -56,9 +61,6 @@ log = logging.getLogger(__name__)
 
 ANY_AGENT = "*"
 """The policy entry that applies to an agent without an entry of its own."""
-
-_TOP_KEYS = ("agents", "dialects")
-_AGENT_KEYS = ("allowed_tools", "tool_fallbacks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,24 @@ class Policy:
             return fallback
         return AgentPolicy()
 
+    def unused(self, seen: Iterable[str]) -> list[str]:
+        """One line per entry whose agent no run had (`billing_agnet`), with the closest
+        name seen: such an entry grades nothing, and its agent runs with every tool
+        allowed. The CLI says it after grading, the sidecar once its first runs are graded."""
+        names = sorted(set(seen))
+        lines = []
+        for name in self.agents:
+            if name == ANY_AGENT or name in names:
+                continue
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else f"agents seen: {', '.join(names) or 'none'}"
+            )
+            lines.append(f"policy {self.source}: agent {name!r} matches no run ({hint})")
+        return lines
+
     def resolve(
         self,
         agent: str | None,
@@ -105,6 +125,58 @@ class Policy:
     ) -> tuple[list[str] | None, dict[str, list[str]]]:
         """`resolve_policy` for this policy: what the run assembler asks of a policy."""
         return resolve_policy(self, agent, on_span, allowed_override, fallbacks_override)
+
+
+# --- the file -------------------------------------------------------------------------------
+
+
+def _name(empty: str) -> Any:
+    def check(value: Any) -> str:
+        if not isinstance(value, str):
+            fail(f"expected a string, got {kind_of(value)}")
+        if not value.strip():
+            fail(empty)
+        return value
+
+    return PlainValidator(check, json_schema_input_type=str)
+
+
+ToolName = Annotated[str, _name("empty tool name")]
+ToolNames = Annotated[list[ToolName], BeforeValidator(expect(list, "a list of strings"))]
+Fallbacks = Annotated[
+    dict[ToolName, ToolNames],
+    BeforeValidator(expect(dict, "a mapping of tool name to a list of tool names")),
+]
+
+
+class AgentEntry(FileModel):
+    """One agent's entry; an empty entry (`billing_agent:`) restricts nothing."""
+
+    what: ClassVar[str] = "a mapping with allowed_tools and/or tool_fallbacks"
+
+    allowed_tools: ToolNames | None = PydanticField(
+        None, description="The tools the agent may call; [] allows none, absent allows all."
+    )
+    tool_fallbacks: Fallbacks | None = PydanticField(
+        None, description="Tool name -> the tools that may stand in for it when it fails."
+    )
+
+
+class PolicyFile(FileModel):
+    """A policy file: agents by name (`"*"` for any), and dialects (`dialect_config`)."""
+
+    what: ClassVar[str] = "a mapping with an `agents` key"
+
+    agents: (
+        Annotated[
+            dict[Annotated[str, _name("empty agent name")], AgentEntry | None],
+            BeforeValidator(expect(dict, "a mapping of agent name to its policy")),
+        ]
+        | None
+    ) = PydanticField(None, description='Agent name (as the trace gives it; "*" for any) -> entry.')
+    dialects: DialectsSection | None = PydanticField(
+        None, description="Declared dialects (README, 'Teach it a dialect')."
+    )
 
 
 def load_policy(path: str | Path, environ: Mapping[str, str] | None = None) -> Policy:
@@ -119,114 +191,19 @@ def parse_policy(
     text: str, source: str = "<policy>", environ: Mapping[str, str] | None = None
 ) -> Policy:
     """Check a policy document given as text; `source` is what errors name."""
-    root = compose(text, source)
-    if root is None:
+    checked = read_model(PolicyFile, text, source, environ)
+    if checked is None:
         return Policy(source=source)
-    checker = _Checker()
-    checker.expand_env(root, environ)
-    agents = checker.document(root)
-    dialects: tuple[DeclaredDialect, ...] = ()
-    if checker.dialects_node is not None:
-        dialects = DialectChecker(checker.problems, source).section(checker.dialects_node)
-    if checker.problems:
-        raise PolicyError(source, checker.problems)
+    agents: dict[str, AgentPolicy] = {}
+    for name, entry in (checked.agents or {}).items():
+        if entry is None:
+            agents[name] = AgentPolicy(entry=name)
+        else:
+            allowed = None if entry.allowed_tools is None else list(entry.allowed_tools)
+            fallbacks = {k: list(v) for k, v in (entry.tool_fallbacks or {}).items()}
+            agents[name] = AgentPolicy(allowed, fallbacks, name)
+    dialects = compile_dialects(checked.dialects, source)
     return Policy(agents=agents, source=source, dialects=dialects)
-
-
-class _Checker(Checker):
-    """Walks the node tree of a policy (`yamlcheck` says why nodes, not values)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dialects_node: Node | None = None
-        """The `dialects:` section, checked by `dialect_config` (kept out of this module)."""
-
-    def document(self, root: Node) -> dict[str, AgentPolicy]:
-        pairs = self.mapping("<top>", root, "a mapping with an `agents` key")
-        if pairs is None:
-            return {}
-        agents: dict[str, AgentPolicy] = {}
-        for key, value in pairs:
-            if key.value not in _TOP_KEYS:
-                self.unknown(key.value, key, _TOP_KEYS)
-                continue
-            if is_null(value):
-                continue
-            if key.value == "dialects":
-                self.dialects_node = value
-                continue
-            entries = self.mapping("agents", value, "a mapping of agent name to its policy")
-            for name_node, entry in entries or ():
-                name = name_node.value
-                if not name.strip():
-                    self.problem(f"agents.{name!r}", name_node, "empty agent name")
-                    continue
-                agent = self.agent(f"agents.{name}", entry, name)
-                if agent is not None:
-                    agents[name] = agent
-        return agents
-
-    def agent(self, path: str, node: Node, name: str) -> AgentPolicy | None:
-        if is_null(node):
-            return AgentPolicy(entry=name)
-        pairs = self.mapping(path, node, "a mapping with allowed_tools and/or tool_fallbacks")
-        if pairs is None:
-            return None
-        allowed: list[str] | None = None
-        fallbacks: dict[str, list[str]] = {}
-        ok = True
-        for key, value in pairs:
-            if key.value == "allowed_tools":
-                if is_null(value):
-                    continue
-                tools = self.names(f"{path}.allowed_tools", value)
-                ok = ok and tools is not None
-                allowed = tools
-            elif key.value == "tool_fallbacks":
-                if is_null(value):
-                    continue
-                fb = self.fallbacks(f"{path}.tool_fallbacks", value)
-                ok = ok and fb is not None
-                fallbacks = fb or {}
-            else:
-                self.unknown(f"{path}.{key.value}", key, _AGENT_KEYS)
-                ok = False
-        return AgentPolicy(allowed, fallbacks, name) if ok else None
-
-    def names(self, path: str, node: Node) -> list[str] | None:
-        if not isinstance(node, SequenceNode):
-            self.problem(path, node, f"expected a list of strings, got {kind(node)}")
-            return None
-        out: list[str] = []
-        ok = True
-        for i, item in enumerate(node.value):
-            if not isinstance(item, ScalarNode) or item.tag != STR_TAG:
-                self.problem(f"{path}[{i}]", item, f"expected a string, got {kind(item)}")
-                ok = False
-            elif not item.value.strip():
-                self.problem(f"{path}[{i}]", item, "empty tool name")
-                ok = False
-            else:
-                out.append(item.value)
-        return out if ok else None
-
-    def fallbacks(self, path: str, node: Node) -> dict[str, list[str]] | None:
-        pairs = self.mapping(path, node, "a mapping of tool name to a list of tool names")
-        if pairs is None:
-            return None
-        out: dict[str, list[str]] = {}
-        ok = True
-        for key, value in pairs:
-            if not key.value.strip():
-                self.problem(f"{path}.{key.value!r}", key, "empty tool name")
-                ok = False
-                continue
-            alts = self.names(f"{path}.{key.value}", value)
-            if alts is None:
-                ok = False
-            else:
-                out[key.value] = alts
-        return out if ok else None
 
 
 # --- the same settings carried on a span ----------------------------------------------------

@@ -68,6 +68,10 @@ ATTEST_TOOL_USE_CALLS: Final = "attest.tool_use.calls"
 """Number of graded tool calls."""
 ATTEST_TOOL_USE_FAILED_CALLS: Final = "attest.tool_use.failed_calls"
 """Number of calls whose severity is fail."""
+ATTEST_TOOL_USE_UNGRADED: Final = "attest.tool_use.ungraded"
+"""Why the run was not graded (its trace broke grading's time or memory budget, or was
+quarantined): set with `attest.tool_use.verdict` = review on the agent spans of a trace the
+sidecar forwarded ungraded."""
 ATTEST_TOOL_USE_GAPS: Final = "attest.tool_use.gaps"
 """Why the run could not be read whole (its `review`), one sentence per gap; only on such runs."""
 

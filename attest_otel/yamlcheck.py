@@ -1,11 +1,11 @@
-"""The one YAML checker behind every file a user writes: the policy, its dialects, the
-sidecar's config.
+"""The YAML reading under every file a user writes, and the sidecar config's checker.
 
-A file is checked as a node tree (`yaml.compose`), not as loaded values, because the values
+A file is read as a node tree (`yaml.compose`), not as loaded values, because the values
 have lost their line numbers, and a user fixes a file in one pass only when every problem is
-listed at once with its key path *and* line. So each file's checker subclasses `Checker`,
-walks the tree, and adds problems instead of raising; the caller raises one `PolicyError`
-naming the file and listing them all.
+listed at once with its key path *and* line. The policy and its dialects are checked by
+pydantic models over that tree (`yamlmodel`); the sidecar's config still by `TreeChecker`
+below, which walks the tree and adds problems instead of raising. Either way the caller
+raises one `PolicyError` naming the file and listing them all.
 
 `${env:NAME}` and `${env:NAME:-default}` in a value are replaced from the environment before
 the check, as the OpenTelemetry Collector does, so a token or an endpoint need not be
@@ -45,7 +45,6 @@ from yaml.resolver import Resolver
 from attest_otel.errors import PolicyError
 
 __all__ = [
-    "BOOL_TAG",
     "NULL_TAG",
     "STR_TAG",
     "Checker",
@@ -67,7 +66,6 @@ __all__ = [
 
 STR_TAG = "tag:yaml.org,2002:str"
 NULL_TAG = "tag:yaml.org,2002:null"
-BOOL_TAG = "tag:yaml.org,2002:bool"
 
 _REFERENCE = re.compile(r"\$\$|\$\{([^}]*)\}")
 _ENV_REFERENCE = re.compile(r"env:([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
@@ -258,9 +256,11 @@ class Checker:
             for i, item in enumerate(node.value):
                 self.expand_env(item, env, f"{path}[{i}]")
         elif isinstance(node, ScalarNode) and "$" in node.value:
-            self._expand_scalar(node, env, path or "<top>")
+            self.expand_scalar(node, env, path or "<top>")
 
-    def _expand_scalar(self, node: ScalarNode, env: Mapping[str, str], path: str) -> None:
+    def expand_scalar(self, node: ScalarNode, environ: Mapping[str, str] | None, path: str) -> None:
+        """Replaces `${env:...}` in one value, in place; a problem when it cannot."""
+        env = os.environ if environ is None else environ
         missing = False
 
         def replace(match: re.Match[str]) -> str:

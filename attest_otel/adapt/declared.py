@@ -8,7 +8,8 @@ condition holds decides the span's role, in the order the file lists them, so a 
 put a narrow rule (an output function that is no tool call) before a broad one.
 
 Detection stays on the hot path's budget: conditions are dict lookups, string compares and
-at most one precompiled regex on the span name; nothing is decoded until a run needs it.
+at most one precompiled regex on the span name (RE2, linear time: `linear_regex`); nothing
+is decoded until a run needs it.
 Values are decoded like the modules decode theirs (`loads_lenient`, `messages.py`), which is
 what lets a YAML file read a framework's fixtures exactly as its module does.
 """
@@ -16,7 +17,6 @@ what lets a YAML file read a framework's fixtures exactly as its module does.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +40,7 @@ from attest_otel.adapt.base import (
     clean_id,
     loads_lenient,
 )
+from attest_otel.adapt.linear_regex import LinearRegex
 from attest_otel.model import LogRecord, Span
 
 __all__ = ["Cond", "DeclaredDialect", "Rule", "Source"]
@@ -58,7 +59,7 @@ class Cond:
     """Attribute key -> prefixes its (string) value may start with."""
     names: frozenset[str] | None = None
     prefixes: tuple[str, ...] = ()
-    regex: re.Pattern[str] | None = None
+    regex: LinearRegex | None = None
     kinds: frozenset[int] | None = None
     scopes: frozenset[str] | None = None
     any: tuple[Cond, ...] = ()
@@ -85,7 +86,7 @@ class Cond:
             return False
         if self.prefixes and not span.name.startswith(self.prefixes):
             return False
-        if self.regex is not None and self.regex.search(span.name) is None:
+        if self.regex is not None and not self.regex.search(span.name):
             return False
         return not self.any or any(c.holds(span) for c in self.any)
 
@@ -114,7 +115,7 @@ class Source:
     attribute: str | None = None
     event: str | None = None
     log: str | None = None
-    span_name: re.Pattern[str] | None = None
+    span_name: LinearRegex | None = None
     decode: bool = True
     path: tuple[str, ...] = ()
     args_kwargs: bool = False
@@ -128,10 +129,7 @@ class Source:
     def raw(self, span: Span, logs: Sequence[LogRecord], every: bool = False) -> Any:
         """The undecoded value, None when absent; `every`: a list of all matching events."""
         if self.span_name is not None:
-            found = self.span_name.search(span.name)
-            if found is None:
-                return None
-            return (found.group(1) if found.re.groups else found.group(0)) or None
+            return self.span_name.capture(span.name) or None
         if self.event is not None:
             values = [
                 ev.attributes.get(self.attribute) if self.attribute else ev.attributes

@@ -162,16 +162,30 @@ _REPR = re.compile(r"^[A-Z][A-Za-z0-9_]*\((?:[a-z_]+=|\))")
 _STATE_AGENT = re.compile(r"""\b(?:current_)?agent_name=['"]([\w.-]{1,128})['"]""")
 
 
-_REACT_ANSWER = re.compile(r"(?:^|\n)\s*(?:Final )?Answer:\s*", re.IGNORECASE)
+_ANSWER_MARKS = ("answer:", "final answer:")
 
 
 def strip_react(text: str) -> str:
     """A ReAct model's last output is `Thought: ...\nAnswer: <answer>`: the answer is what
-    follows the last `Answer:` line; any other text is kept whole."""
+    follows the last line that starts (after blanks) with `Answer:` or `Final Answer:`, any
+    case; any other text is kept whole.
+
+    Read line by line, each character once: the regular expression this replaces
+    (`(?:^|\n)\\s*(?:Final )?Answer:\\s*`) backtracked over every run of blank lines and took
+    minutes on one hostile answer (docs/hostile-input.md, "Grading budget")."""
     if not text.lstrip().startswith("Thought:"):
         return text
-    found = list(_REACT_ANSWER.finditer(text))
-    return text[found[-1].end() :] if found else text
+    lines = text.split("\n")
+    offset = len(text) + 1
+    for line in reversed(lines[1:]):  # the first line is the `Thought:` one
+        offset -= len(line) + 1
+        body = line.lstrip()
+        head = body[:13].lower()
+        for mark in _ANSWER_MARKS:
+            if head.startswith(mark):
+                start = offset + (len(line) - len(body)) + len(mark)
+                return text[start:].lstrip()
+    return text
 
 
 def looks_like_repr(text: str) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,19 +26,8 @@ if TYPE_CHECKING:
 
 
 def _unused_policy_agents(policy: Any, traces: Sequence[Any], warn: Warnings) -> None:
-    """A policy entry whose agent name no run has (`billing_agnet`) grades nothing, and its
-    agent then runs with every tool allowed: warn, with the closest name seen."""
-    from attest_otel.policy import ANY_AGENT
-
-    seen = sorted({run.agent for trace in traces for run in trace.runs if run.agent})
-    for name in policy.agents:
-        if name == ANY_AGENT or name in seen:
-            continue
-        close = difflib.get_close_matches(name, seen, n=1)
-        hint = (
-            f"did you mean {close[0]!r}?" if close else f"agents seen: {', '.join(seen) or 'none'}"
-        )
-        warn(f"policy {policy.source}: agent {name!r} matches no run ({hint})")
+    for line in policy.unused(run.agent for trace in traces for run in trace.runs if run.agent):
+        warn(line)
 
 
 def _split_tools(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:

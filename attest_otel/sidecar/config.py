@@ -224,6 +224,12 @@ class GradingConfig:
     max_trace_bytes: int = _key("max_trace_size_mib", default=32 * MIB, **_SIZE_MIB)
     """A held trace larger than this is forwarded ungraded (counted): grading takes about
     40x a trace's bytes, so this bounds a grading worker's memory."""
+    budget_s: float = _key("budget_s", "number", 10.0)
+    """How long a grading process may grade one trace: past it the process is killed and
+    replaced, the trace forwarded ungraded, flagged and quarantined (`workers`)."""
+    max_memory_bytes: int = _key("max_memory_mib", default=4096 * MIB, exclusive=False, **_SIZE_MIB)
+    """Memory a grading process may take beyond its imports (RLIMIT_DATA); past it the
+    trace is forwarded ungraded and flagged. 0: no bound."""
     model: ModelConfig = _section("model", ModelConfig)
 
 

@@ -526,9 +526,14 @@ class Forwarder:
             try:
                 delivered = self._deliver(sender, data, spans)
             except Exception:
-                log.exception("forward: unexpected error; %d span(s) dropped", spans)
-                delivered = True
-                self._drop(spans, "error")
+                if self._abort.is_set():
+                    # Shutdown closed the channel under the send: not delivered, so its
+                    # durable records stay for the next start (counted below as kept).
+                    delivered = False
+                else:
+                    log.exception("forward: unexpected error; %d span(s) dropped", spans)
+                    delivered = True
+                    self._drop(spans, "error")
             if not delivered:
                 self._drop(spans, "shutdown")
                 with self._cond:

@@ -13,15 +13,11 @@ lock; a run that may use the model is graded here, where the model budget lives.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
-import signal
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +30,13 @@ import attest_otel.adapt
 import attest_otel.export.annotate
 import attest_otel.grade.grader
 import attest_otel.ingest.decode  # noqa: F401
+from attest_otel import semconv
 from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.annotate import GRADE_MARKS, annotate_spans, annotation_bytes
 from attest_otel.export.log_records import log_records
+from attest_otel.export.otlp_bytes import key_values
 from attest_otel.grade.grader import grade
+from attest_otel.grade.rules import CHECK_NAME
 from attest_otel.ingest.decode import decode_request
 from attest_otel.model import CheckResult, Run, Step, ToolCall, shown_score
 from attest_otel.pipeline import Reading, grade_traces
@@ -45,8 +44,10 @@ from attest_otel.policy import load_policy
 from attest_otel.sidecar.buffer import HeldTrace
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate
+from attest_otel.sidecar.quarantine import Quarantine
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import append_to_spans, iter_resource_spans
+from attest_otel.sidecar.workers import Failed, GradingProcesses
 from attest_otel.store import StoredGrade, Writer
 from attest_otel.store.blob import split as split_stored
 from attest_otel.store.blob import with_logs
@@ -62,6 +63,16 @@ class _Graded:
     in_worker: bool = False
     logs: list[bytes] = field(default_factory=list)
     """The runs' evaluation log records, encoded (`export.log_records`)."""
+    ungraded: Failed | None = None
+    """Why the trace goes on ungraded and flagged (`TraceGrader._flag`)."""
+
+
+class GradingFailed(Exception):
+    """A grading process did not answer for a trace (`workers.Failed`)."""
+
+    def __init__(self, failed: Failed) -> None:
+        super().__init__(failed.detail)
+        self.failed = failed
 
 
 class TraceGrader:
@@ -76,7 +87,7 @@ class TraceGrader:
         stats: SidecarStats,
         emit: Callable[[Run, CheckResult], None] | None = None,
         store: Writer | None = None,
-        pool: ProcessPoolExecutor | None = None,
+        pool: GradingProcesses | None = None,
         emit_after_worker: Callable[[list[tuple[Run, CheckResult]]], None] | None = None,
         content: ContentPolicy = KEEP,
     ) -> None:
@@ -102,6 +113,22 @@ class TraceGrader:
         """Sends a graded trace's evaluation log records; None: log events are off."""
         self.log_forwarder: Forwarder | None = None
         """Where the log records held with a trace go, after its spans."""
+        self.quarantine: Quarantine | None = None
+        """Traces that broke grading: forwarded ungraded, never graded again."""
+        self.saw_agent: Callable[[str | None], None] | None = None
+        """Told each graded run's agent (`policy_watch.PolicyWatch.saw`)."""
+        self._here: dict[int, float] = {}
+        """Grading threads grading in this process -> when they began (monotonic)."""
+        self._here_lock = threading.Lock()
+
+    def stalled_s(self) -> float:
+        """How long the longest trace in grading has taken so far: in a grading process
+        (killed at the budget) or in this one (which cannot be stopped: /readyz says so)."""
+        pool = self.pool
+        with self._here_lock:
+            here = min(self._here.values(), default=None)
+        own = 0.0 if here is None else time.monotonic() - here
+        return max(own, pool.oldest_s() if pool is not None else 0.0)
 
     def grade_run(self, run: Run) -> CheckResult:
 
@@ -147,8 +174,13 @@ class TraceGrader:
         grading fails is forwarded as it came, the others graded.
         """
         fresh: list[HeldTrace] = []
+        quarantined: dict[int, Failed] = {}
         for trace in traces:
-            if trace.late and self.regrade is not None:
+            why = self.quarantine.reason(trace.trace_id_hex) if self.quarantine else None
+            if why is not None:
+                quarantined[len(fresh)] = Failed("quarantined", f"quarantined: {why}")
+                fresh.append(trace)
+            elif trace.late and self.regrade is not None:
                 self.stats.graded(trace.reason or "late", 0, False)
                 self.regrade(trace)
                 self.forward_logs([trace])
@@ -157,12 +189,20 @@ class TraceGrader:
         if not fresh:
             return
         originals = [bytes(trace.data) for trace in fresh]
-        results = self._grade_offline(fresh, originals)
-        if results is None:
-            results = [
-                self._grade_safe(trace, original)
-                for trace, original in zip(fresh, originals, strict=True)
-            ]
+        todo = [i for i in range(len(fresh)) if i not in quarantined]
+        done = self._grade_offline([fresh[i] for i in todo], [originals[i] for i in todo])
+        if done is None:
+            done = [self._grade_safe(fresh[i], originals[i]) for i in todo]
+        by_index = dict(zip(todo, done, strict=True))
+        results = [
+            by_index[i]
+            if i in by_index
+            else _Graded(originals[i], failed=True, ungraded=quarantined[i])
+            for i in range(len(fresh))
+        ]
+        for trace, original, graded in zip(fresh, originals, results, strict=True):
+            if graded.ungraded is not None:
+                self._flag(trace, original, graded, graded.ungraded)
         # Stored before it is forwarded: once forwarded, its --buffer-dir record is
         # released, and the store's queue (spooled there too) must already hold the grades.
         if self.store is not None:
@@ -174,6 +214,8 @@ class TraceGrader:
                     )
                     for run, result in graded.runs
                 ]
+                if graded.ungraded is not None:
+                    grades = _ungraded_grades(trace, now, graded.ungraded)
                 # The log records go with the spans when content is kept whole; under a
                 # content policy only the spans are stored (the scrub reads spans only).
                 keep_logs = self.content.mode == "keep"
@@ -207,41 +249,69 @@ class TraceGrader:
     def _grade_offline(
         self, traces: list[HeldTrace], originals: list[bytes]
     ) -> list[_Graded] | None:
-        """The batch graded in a grading process; None: grade here (no pool, model checks
-        on, or the pool died)."""
+        """The batch graded in grading processes, each trace within the budget; None: grade
+        here (no processes, or model checks on)."""
         pool = self.pool
         if pool is None or self.gate is not None:
             return None
-        try:
-            answers = pool.submit(
-                grade_batch_in_worker,
-                [
-                    (original, f"trace {trace.trace_id_hex}", bytes(trace.logs), list(trace.gaps))
-                    for trace, original in zip(traces, originals, strict=True)
-                ],
-                self.send_logs is not None,
-            ).result()
-        except BrokenProcessPool:
-            log.error("the grading process died; grading in this process from now on")
-            self.pool = None
-            return None
-        except Exception:
-            log.exception("grading failed; forwarding %d trace(s) ungraded", len(traces))
-            return [_Graded(original, failed=True) for original in originals]
-        results: list[_Graded] = []
-        for trace, original, answer in zip(traces, originals, answers, strict=True):
-            if isinstance(answer, str):
-                log.error(
-                    "grading failed; forwarding trace %s ungraded\n%s",
-                    trace.trace_id_hex,
-                    answer,
-                    extra={"trace_id": trace.trace_id_hex, "spans": trace.spans},
+        if not traces:
+            return []
+        logs = self.send_logs is not None
+        answers = pool.map(
+            grade_in_worker,
+            [
+                (
+                    original,
+                    f"trace {trace.trace_id_hex}",
+                    logs,
+                    bytes(trace.logs),
+                    list(trace.gaps),
                 )
-                results.append(_Graded(original, failed=True))
+                for trace, original in zip(traces, originals, strict=True)
+            ],
+            [trace.trace_id_hex for trace in traces],
+        )
+        results: list[_Graded] = []
+        for original, answer in zip(originals, answers, strict=True):
+            if isinstance(answer, Failed):
+                results.append(_Graded(original, failed=True, ungraded=answer))
             else:
-                data, runs, logs = answer
-                results.append(_Graded(data, runs, in_worker=True, logs=logs))
+                data, runs, records = answer
+                results.append(_Graded(data, runs, in_worker=True, logs=records))
         return results
+
+    def _flag(self, trace: HeldTrace, original: bytes, graded: _Graded, failed: Failed) -> None:
+        """A trace that goes on ungraded: its agent spans say why (`attest.tool_use.ungraded`,
+        verdict review), it is counted by reason and logged once, and a trace that broke a
+        grading process is quarantined, so a replay of the buffer dir forwards it ungraded
+        instead of grading it into the same stall."""
+        why = _why(failed)
+        self.stats.ungraded(failed.reason)
+        if failed.reason in ("time", "memory", "died") and self.quarantine is not None:
+            self.quarantine.broke(trace.trace_id_hex, why)
+        log.warning(
+            "trace %s forwarded ungraded, its runs flagged for review: %s",
+            trace.trace_id_hex,
+            why,
+            extra={"trace_id": trace.trace_id_hex, "spans": trace.spans, "reason": failed.reason},
+        )
+        if failed.reason == "error" and failed.detail.strip():
+            log.debug("grading error of trace %s\n%s", trace.trace_id_hex, failed.detail)
+        mark = key_values(
+            0x4A,
+            {
+                semconv.ATTEST_TOOL_USE_VERDICT: "review",
+                semconv.ATTEST_TOOL_USE_UNGRADED: why,
+            },
+        )
+        if trace.agents and not any(m in original for m in GRADE_MARKS):
+            try:
+                graded.data, _ = append_to_spans(original, dict.fromkeys(trace.agents, mark))
+            except Exception:  # the bytes as they came, rather than none
+                log.exception("could not flag the agent spans of trace %s", trace.trace_id_hex)
+                graded.data = original
+        else:
+            graded.data = original
 
     def forward_logs(self, traces: list[HeldTrace]) -> None:
         """The log records held with these traces, sent on after their spans."""
@@ -266,20 +336,24 @@ class TraceGrader:
         self.forward_logs(traces)
 
     def _grade_safe(self, trace: HeldTrace, original: bytes) -> _Graded:
+        key = threading.get_ident()
+        if self.gate is None:  # with model checks, the model's own latency is not a stall
+            with self._here_lock:
+                self._here[key] = time.monotonic()
         try:
             return self._grade(trace, original)
-        except Exception:
-            log.exception(
-                "grading failed; forwarding trace %s ungraded",
-                trace.trace_id_hex,
-                extra={"trace_id": trace.trace_id_hex, "spans": trace.spans},
-            )
-            return _Graded(original, failed=True)
+        except Exception:  # logged once by `_flag`
+            return _Graded(original, failed=True, ungraded=Failed("error", traceback.format_exc()))
+        finally:
+            with self._here_lock:
+                self._here.pop(key, None)
 
     def _account(self, trace: HeldTrace, original: bytes, graded: _Graded) -> None:
         """Stats, the log line, metrics and what a regrade starts from, for one trace."""
         self.stats.graded(trace.reason or "complete", len(graded.runs), graded.failed)
         for run, result in graded.runs:
+            if self.saw_agent is not None:
+                self.saw_agent(run.agent)
             log.info(
                 "graded run",
                 extra={
@@ -301,6 +375,30 @@ class TraceGrader:
                     log.exception("emitting the grade of a run failed")
         if self.remember is not None and not graded.failed:
             self.remember(trace.trace_id_hex, with_logs(original, bytes(trace.logs)), graded.runs)
+
+
+def _why(failed: Failed) -> str:
+    """One line: the detail's last (an exception's message), else the reason."""
+    lines = failed.detail.strip().splitlines()
+    return lines[-1] if lines else failed.reason
+
+
+def _ungraded_grades(trace: HeldTrace, now_ns: int, failed: Failed) -> list[StoredGrade]:
+    """What the store keeps of a trace forwarded ungraded: a `review` grade per agent span
+    the probe found (one for the trace when it found none) saying why, so a stored trace
+    never reads as graded and clean."""
+    why = _why(failed)
+    result = CheckResult(
+        check=CHECK_NAME,
+        passed=False,
+        verdict="review",
+        score=0.0,
+        summary=f"not graded: {why}",
+        findings=[],
+        metadata={"ungraded": failed.reason, "ungraded_reason": why},
+    ).to_dict()
+    spans = sorted(agent.hex() for agent in trace.agents) or [""]
+    return [StoredGrade(trace.trace_id_hex, span, None, now_ns, result) for span in spans]
 
 
 def grade_decoded(
@@ -399,7 +497,8 @@ _WORKER_CONTENT: ContentPolicy = KEEP
 
 
 def init_worker(policy_path: str | None, content: ContentPolicy, nice: int = 0) -> None:
-    """Runs once in each grading process (spawned: no inherited threads or sockets).
+    """Runs once in each grading process (spawned: no inherited threads or sockets;
+    `workers` sets its signals and its death with the parent).
 
     A grading process sends nothing itself: it returns the annotated trace and the encoded
     evaluation log records, which the receiving process forwards (a concatenation, no
@@ -411,9 +510,6 @@ def init_worker(policy_path: str | None, content: ContentPolicy, nice: int = 0) 
     """
     global _WORKER_POLICY, _WORKER_CONTENT
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _exit_with_parent()
     if nice:
         try:
             os.nice(nice)
@@ -422,27 +518,6 @@ def init_worker(policy_path: str | None, content: ContentPolicy, nice: int = 0) 
     _WORKER_CONTENT = content
     if policy_path is not None:
         _WORKER_POLICY = load_policy(policy_path)
-
-
-def _exit_with_parent() -> None:
-    """End this grading process as soon as the sidecar is gone, however it died.
-
-    A `kill -9` (the OOM killer, many supervisors) gives the parent no chance to stop its
-    pool, and an idle worker would wait on its task queue for ever, keeping multiprocessing's
-    resource tracker alive with it. A spawned child holds a sentinel, the read end of a pipe
-    whose write end only the parent holds: it turns readable exactly when the parent exits.
-    Once every worker is gone the tracker sees EOF on its own pipe and ends too.
-    """
-
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-
-    def watch() -> None:
-        parent.join()
-        os._exit(1)
-
-    threading.Thread(target=watch, name="attest-parent-watch", daemon=True).start()
 
 
 def _slim(run: Run) -> Run:
@@ -507,24 +582,3 @@ def grade_again_in_worker(
         prior, late, label, _WORKER_POLICY, lambda run: grade(run, judge=None), _WORKER_CONTENT
     )
     return data, [(_slim(run), result) for run, result in runs]
-
-
-def grade_batch_in_worker(
-    items: list[tuple[bytes, str, bytes, list[str]]],
-    logs: bool = False,
-) -> list[tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]] | str]:
-    """`grade_in_worker` for each (bytes, label, held log records, gaps) of a batch; a trace
-    whose grading raised is its formatted exception instead (the others are still graded)."""
-    out: list[tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]] | str] = []
-    for data, label, held_logs, gaps in items:
-        try:
-            out.append(grade_in_worker(data, label, logs, held_logs, gaps))
-        except Exception:
-            out.append(traceback.format_exc())
-    return out
-
-
-def warm_worker() -> bool:
-    """Returns once a grading process is up: it has imported this module, and with it all
-    that grading needs, so the first trace does not pay for the imports."""
-    return True

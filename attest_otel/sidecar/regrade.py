@@ -36,14 +36,11 @@ for it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,10 +59,11 @@ from attest_otel.export.otlp_config import default_resource, package_version
 from attest_otel.model import CheckResult, Run, shown_score
 from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
-from attest_otel.sidecar.grading import grade_again, grade_again_in_worker
+from attest_otel.sidecar.grading import GradingFailed, grade_again, grade_again_in_worker
 from attest_otel.sidecar.shape import service_name
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import split_request
+from attest_otel.sidecar.workers import Failed, GradingProcesses
 from attest_otel.store import StoredGrade, Writer, part_digest
 from attest_otel.store.scrub import scrub_result
 
@@ -148,7 +146,7 @@ class Regrader:
         self.authenticated = False
         """Whether senders present the ingest token (else the late spans' sender is only
         the `service.name` they declare)."""
-        self.pool: ProcessPoolExecutor | None = None
+        self.pool: GradingProcesses | None = None
         """The grading processes (`grading.grade_again_in_worker`); None: grade here."""
 
     def remember(self, trace_id: str, data: bytes, runs: list[tuple[Run, CheckResult]]) -> None:
@@ -217,6 +215,17 @@ class Regrader:
                 return
             data, changed, runs = self._regrade(trace_id, prior, late)
             self._flips(trace_id, prior, changed, late)
+        except GradingFailed as e:
+            log.warning(
+                "regrading failed (%s); forwarding the late spans of trace %s ungraded",
+                e.failed.detail.strip().splitlines()[-1],
+                trace_id,
+                extra={"trace_id": trace_id, "spans": trace.spans, "reason": e.failed.reason},
+            )
+            self._forward(late, trace)
+            self.stats.add(late_ungraded=trace.spans, grade_failures=1)
+            self.stats.ungraded(e.failed.reason)
+            return
         except Exception:
             log.exception(
                 "regrading failed; forwarding the late spans of trace %s ungraded",
@@ -358,16 +367,13 @@ class Regrader:
     ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
         """`grading.grade_again` in a grading process when there is one, else here."""
         pool = self.pool
-        future = None
         if pool is not None:
-            with contextlib.suppress(RuntimeError):  # shut down meanwhile: the sidecar stops
-                future = pool.submit(grade_again_in_worker, prior, late, label)
-        if future is not None:
-            try:
-                return future.result()
-            except BrokenProcessPool:
-                log.error("the grading process died; grading late spans in this process")
-                self.pool = None
+            # Never again here when the process failed: what stalled it would stall us.
+            (answer,) = pool.map(grade_again_in_worker, [(prior, late, label)], [label])
+            if isinstance(answer, Failed):
+                raise GradingFailed(answer)
+            data, runs = answer
+            return data, runs
         return grade_again(prior, late, label, self.policy, self.grade_run, self.content)
 
 

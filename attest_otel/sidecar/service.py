@@ -27,16 +27,18 @@ is held, forwards and flushes within the deadline.
 
 from __future__ import annotations
 
+import errno
 import logging
-import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from attest_otel import semconv
 from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc
+from attest_otel.errors import UsageError
 from attest_otel.export.otlp_config import package_version
 from attest_otel.export.telemetry import build_telemetry
 from attest_otel.grade.questions import Judge
@@ -44,6 +46,7 @@ from attest_otel.model import CheckResult, Run
 from attest_otel.policy import Policy
 from attest_otel.sidecar.api import GraderApi
 from attest_otel.sidecar.buffer import HeldTrace, SpanFacts, TraceBuffer
+from attest_otel.sidecar.buffer_dir import claim, release
 from attest_otel.sidecar.config import ServiceConfig, parse_host_port, read_token
 from attest_otel.sidecar.evaluation_logs import EvaluationLogs
 from attest_otel.sidecar.forward import (
@@ -53,11 +56,13 @@ from attest_otel.sidecar.forward import (
     make_metrics_sender,
 )
 from attest_otel.sidecar.gate import ModelGate
-from attest_otel.sidecar.grading import TraceGrader, init_worker, warm_worker
+from attest_otel.sidecar.grading import TraceGrader, init_worker
 from attest_otel.sidecar.http_receiver import HttpReceiver
 from attest_otel.sidecar.loading import declared_marks, load_grading
 from attest_otel.sidecar.log_wire import LOGS, METRICS, TRACES, untag
+from attest_otel.sidecar.policy_watch import PolicyWatch
 from attest_otel.sidecar.probe import agent_probe
+from attest_otel.sidecar.quarantine import Quarantine
 from attest_otel.sidecar.receivers import (
     GrpcReceiver,
     TlsFiles,
@@ -74,6 +79,7 @@ from attest_otel.sidecar.wal import DurableLog
 from attest_otel.sidecar.wire import (
     split_request,
 )
+from attest_otel.sidecar.workers import GradingProcesses
 from attest_otel.store import Store, Writer, open_store, open_writer, redact
 from attest_otel.store.shared_writer import SharedStoreWriter
 
@@ -146,7 +152,10 @@ class Service:
         self.grader: TraceGrader | None = None
         self.regrader: Regrader | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._processes: ProcessPoolExecutor | None = None
+        self._processes: GradingProcesses | None = None
+        self.quarantine = Quarantine(config.buffer.dir)
+        self._dir_lock: int | None = None
+        """The buffer dir's lock (`buffer_dir.claim`), held until the process ends."""
         self._pending: dict[Future[None], list[HeldTrace]] = {}
         self._pending_lock = threading.Lock()
         self.grpc: GrpcReceiver | None = None
@@ -219,6 +228,10 @@ class Service:
             store=self.store_writer,
             content=config.content,
         )
+        self.grader.quarantine = self.quarantine
+        self.policy_watch = PolicyWatch(self.policy) if self.policy is not None else None
+        if self.policy_watch is not None:
+            self.grader.saw_agent = self.policy_watch.saw
         regrader = Regrader(  # late spans: the trace graded again
             policy=self.policy,
             grade_run=self.grader.grade_run,
@@ -257,13 +270,23 @@ class Service:
         return refresh
 
     def _ready(self) -> tuple[bool, str]:
-        """/readyz: the request path's reasons, and a full queue of writes to the store."""
+        """/readyz: the request path's reasons, a full queue of writes to the store, and
+        grading that makes no progress (a trace past its budget that could not be stopped:
+        one graded in this process, with `grading.processes: 0` or model checks on)."""
         ready, why = self.requests.ready()
+        grader = self.grader
+        if ready and grader is not None:
+            stalled = grader.stalled_s()
+            if stalled > self.config.grading.budget_s + 1.0:
+                return False, f"grading has made no progress for {stalled:.0f}s"
         backlog = getattr(self.store_writer, "backlog", None)
         if ready and backlog is not None:
             full = backlog()
             if full is not None:
                 return False, full
+        watch = getattr(self, "policy_watch", None)
+        if ready and watch is not None and watch.detail:
+            return True, f"ready; {watch.detail}"
         return ready, why
 
     def _probe(
@@ -278,23 +301,25 @@ class Service:
         if count == 0 or self.gate is not None or self.grader is None:
             return
 
-        policy = self.config.grading.policy
-        pool = ProcessPoolExecutor(
-            max_workers=count,
-            mp_context=multiprocessing.get_context("spawn"),
+        grading = self.config.grading
+        policy = grading.policy
+        pool = GradingProcesses(
+            count,
+            budget_s=grading.budget_s,
+            max_memory_bytes=grading.max_memory_bytes,
             initializer=init_worker,
             initargs=(
                 str(policy) if policy is not None else None,
                 self.config.content,
-                self.config.grading.nice,
+                grading.nice,
             ),
+            on_slow=self.quarantine.slow if self.config.buffer.dir is not None else None,
         )
         try:
-            for warmed in [pool.submit(warm_worker) for _ in range(count)]:
-                warmed.result(timeout=120)
+            pool.start()
         except Exception:  # grading in-process is slower, not wrong
             log.exception("grading processes did not start; grading in this process")
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown()
             return
         self._processes = pool
         self.grader.pool = pool
@@ -379,6 +404,8 @@ class Service:
             return
         self._started = True
         try:
+            if self.config.buffer.dir is not None:
+                self._dir_lock = claim(self.config.buffer.dir)
             self._build_parts()
             if self.store_writer is not None:
                 self.store_writer.start()
@@ -394,7 +421,15 @@ class Service:
                 self.evaluation_logs.start()
             self.buffer.start()
             if self.wal is not None:
-                replay = self.wal.open()
+                try:
+                    self.quarantine.open()
+                    replay = self.wal.open()
+                except OSError as e:  # a symlink where a file of ours goes, another's file
+                    what = "is a symlink" if e.errno == errno.ELOOP else (e.strerror or str(e))
+                    name = os.path.basename(str(e.filename)) if e.filename else "a file"
+                    raise UsageError(
+                        f"buffer-dir {self.config.buffer.dir}: {name} {what}; refused"
+                    ) from None
                 for record, data in replay:
                     self._replay(record, data)
             rc = self.config.receivers
@@ -535,7 +570,8 @@ class Service:
                 self.grpc.stop(grace_s=min(1.0, max(0.0, deadline - time.monotonic())))
             self.buffer.stop()
             self._submit(self.buffer.release_all())
-            self._drain_grading(deadline)
+            # Grading stops early enough to forward what it leaves ungraded.
+            self._drain_grading(deadline - min(5.0, budget / 3), deadline)
             delivered = self.forwarder.shutdown(deadline)
             delivered &= self.log_forwarder.shutdown(max(deadline, time.monotonic() + 1.0))
             delivered &= self.metrics_forwarder.shutdown(max(deadline, time.monotonic() + 1.0))
@@ -553,6 +589,10 @@ class Service:
                 self.store.close()
             if self.wal is not None:
                 self.wal.close()
+            self.quarantine.close()
+            if self._dir_lock is not None:
+                release(self._dir_lock)
+                self._dir_lock = None
             s = self.stats
             log.info(
                 "stopped",
@@ -571,11 +611,13 @@ class Service:
             self._stopped.set()
             return delivered
 
-    def _drain_grading(self, deadline: float) -> None:
+    def _drain_grading(self, kill_at: float, deadline: float) -> None:
+        """Grading finishes what it holds until `kill_at`; then what is still grading is
+        killed, and its traces are forwarded ungraded before `deadline`."""
         pool = self._pool
         if pool is None:
             return
-        while time.monotonic() < deadline:
+        while time.monotonic() < kill_at:
             with self._pending_lock:
                 if not self._pending:
                     break
@@ -584,15 +626,17 @@ class Service:
             left = [t for f, batch in self._pending.items() if f.cancel() for t in batch]
         if left and self.grader is not None:  # never started: forward rather than lose them
             self.grader.forward_ungraded(left)
-        pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = None
         if self._processes is not None:
-            if self.grader is not None:
-                self.grader.pool = None
-            if self.regrader is not None:
-                self.regrader.pool = None
-            self._processes.shutdown(wait=True, cancel_futures=True)
-            self._processes = None
+            # Grading still under way past the deadline is killed: its callers forward
+            # their traces ungraded (`workers.Failed("shutdown")`) and return.
+            self._processes.shutdown()
+        pool.shutdown(wait=False, cancel_futures=True)
+        while time.monotonic() < deadline:  # their callers flag and offer them
+            with self._pending_lock:
+                if not self._pending:
+                    break
+            time.sleep(0.02)
+        self._pool = None
 
 
 def build_service(config: ServiceConfig) -> Service:

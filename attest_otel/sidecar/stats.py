@@ -67,6 +67,13 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "{trace}",
         "Traces forwarded ungraded because grading failed.",
     ),
+    "attest.sidecar.traces.ungraded": (
+        "counter",
+        "{trace}",
+        "Traces forwarded ungraded and flagged, by reason (time, memory, died: over the "
+        "grading budget or the grading process lost; quarantined: broke grading before; "
+        "error).",
+    ),
     "attest.sidecar.queue.spans": ("gauge", "{span}", "Spans queued for forwarding."),
     "attest.sidecar.queue.size": ("gauge", "By", "Bytes queued for forwarding."),
     "attest.sidecar.forward.retries": ("counter", "{retry}", "Forwarding attempts retried."),
@@ -130,6 +137,7 @@ class SidecarStats:
         self.runs_regraded = 0
         self.runs_passed_by_late = 0
         self.late_ungraded = 0
+        self.traces_ungraded: collections.Counter[str] = collections.Counter()
         self.log_records_received = 0
         self.log_records_held = 0
         self.log_records_late = 0
@@ -143,6 +151,10 @@ class SidecarStats:
     def reject(self, reason: str) -> None:
         with self._lock:
             self.rejections[reason] += 1
+
+    def ungraded(self, reason: str) -> None:
+        with self._lock:
+            self.traces_ungraded[reason] += 1
 
     def graded(self, reason: str, runs: int, failed: bool) -> None:
         with self._lock:
@@ -179,6 +191,7 @@ def register_metrics(meter: Any, service: Any) -> None:
         "attest.sidecar.traces.held": one(lambda: buffer.held_traces),
         "attest.sidecar.traces.graded": by(lambda: dict(stats.traces_graded).items(), "reason"),
         "attest.sidecar.grade.failures": one(lambda: stats.grade_failures),
+        "attest.sidecar.traces.ungraded": by(lambda: dict(stats.traces_ungraded).items(), "reason"),
         "attest.sidecar.queue.spans": one(lambda: forwarder.queued_spans),
         "attest.sidecar.queue.size": one(lambda: forwarder.queued_bytes),
         "attest.sidecar.forward.retries": one(lambda: forwarder.stats.retries),

@@ -50,6 +50,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attest_otel.sidecar.buffer_dir import open_private, read_private
 from attest_otel.throttled_log import Throttled
 
 __all__ = ["BufferDirError", "DurableLog"]
@@ -127,7 +128,7 @@ class DurableLog:
     def open(self) -> list[tuple[int, bytes]]:
         """Opens a fresh segment and returns (record id, bytes) of every record left undone
         by earlier runs, oldest first. Each comes back pinned, as from `append`."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # `buffer_dir.claim` checked it
         pending: list[tuple[int, bytes]] = []
         last_seq = 0
         found: list[tuple[int, Path]] = []
@@ -154,7 +155,7 @@ class DurableLog:
                 segment.size = path.stat().st_size
                 with contextlib.suppress(FileNotFoundError):
                     segment.acked = segment.ack_path.stat().st_size
-            except OSError as e:
+            except OSError as e:  # a symlink (ELOOP), another user's file (EPERM), a bad disk
                 log.error(
                     "buffer-dir: %s cannot be read (%s); skipped, the rest is replayed",
                     path.name,
@@ -183,7 +184,7 @@ class DurableLog:
     @staticmethod
     def _read_acks(path: Path) -> set[int]:
         try:
-            raw = path.read_bytes()
+            raw = read_private(path)
         except FileNotFoundError:
             return set()
         usable = len(raw) - len(raw) % _ACK.size
@@ -192,7 +193,7 @@ class DurableLog:
     @staticmethod
     def _read_records(path: Path, seq: int | None = None) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []
-        raw = path.read_bytes()
+        raw = read_private(path)
         pos = 0
         while pos + _HEADER.size <= len(raw):
             record = _record_at(raw, pos, seq)
@@ -228,9 +229,9 @@ class DurableLog:
         disk) leaves the log as it was."""
         path = self.dir / f"wal-{seq:012d}.log"
         segment = _Segment(seq, path, path.with_suffix(".ack"))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
-            ack_fd = os.open(segment.ack_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            ack_fd = open_private(segment.ack_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         except OSError:
             os.close(fd)
             raise
@@ -467,8 +468,11 @@ class DurableLog:
                 self._remove(segment)
                 del self._segments[segment.seq]
             else:
-                with open(segment.ack_path, "ab") as f:
-                    f.write(_ACK.pack(rid))
+                fd = open_private(segment.ack_path, os.O_WRONLY | os.O_APPEND)
+                try:
+                    _write_all(fd, _ACK.pack(rid))
+                finally:
+                    os.close(fd)
                 segment.acked += _ACK.size
         except OSError as e:  # a full disk: the record is replayed once more after a restart
             self._ack_failed("buffer-dir: cannot mark a record done (%s)", e.strerror or e)

@@ -182,6 +182,10 @@ class SharedStoreWriter:
         last = 0
         for path in sorted(directory.glob("q-*.log")):
             segment = int(path.stem[2:])
+            info = path.lstat()
+            if path.is_symlink() or info.st_uid != os.geteuid():
+                log.error("store: spool file %s is a symlink or not ours; refused", path.name)
+                continue
             last = max(last, segment)
             items = _decode(path.read_bytes(), segment)
             if not items:
@@ -210,7 +214,9 @@ class SharedStoreWriter:
         self._segment = segment
         self._segment_size = 0
         self._files[segment] = 0
-        self._fd = os.open(self._path(segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fd = os.open(  # no symlink followed (docs/hostile-input.md)
+            self._path(segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600
+        )
 
     def _spool_full(self, blob: bytes) -> bool:
         """Whether `blob` would take the spool's files past the bound (under the lock)."""

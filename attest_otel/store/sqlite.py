@@ -17,6 +17,7 @@ was converted once, at open (`VACUUM`). `docs/sizing.md` has the measured margin
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -99,19 +100,37 @@ class StoredTrace:
 def _private_file(path: Path) -> None:
     """The store holds prompts and tool outputs: its directory is created 0700 and the
     database 0600 before SQLite opens it. SQLite gives its -wal and -shm files the mode of
-    the database file, so they are 0600 too; an existing store is tightened the same way."""
+    the database file, so they are 0600 too; an existing store is tightened the same way,
+    through its own open file, never by path: a symlink at the store path (or at its -wal or
+    -shm) is refused, since a chmod through it would change a file that is not ours
+    (docs/hostile-input.md, "The buffer dir and the store")."""
     if not path.parent.exists():
         path.parent.mkdir(parents=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.close(fd)
     for one in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if one.is_symlink():
+            raise SourceError(f"{one}: the store path is a symlink; refused (give the real path)")
         try:
-            if one.stat().st_mode & 0o077:
-                os.chmod(one, 0o600)
+            fd = os.open(
+                one,
+                os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if one == path else 0),
+                0o600,
+            )
         except FileNotFoundError:
-            pass
+            continue
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise SourceError(f"{one}: the store path is a symlink; refused") from None
+            if one == path:
+                raise SourceError(f"{one}: cannot open the store: {e.strerror or e}") from None
+            log.warning("store: cannot make %s private: %s", one, e.strerror or e)
+            continue
+        try:
+            if os.fstat(fd).st_mode & 0o077:
+                os.fchmod(fd, 0o600)
         except OSError as e:  # not ours to change (a shared store): say so, go on
             log.warning("store: cannot make %s private: %s", one, e.strerror or e)
+        finally:
+            os.close(fd)
 
 
 def default_store_path() -> Path:

@@ -291,8 +291,8 @@ def test_every_problem_in_a_dialect_file_is_listed_with_its_key_path_and_line() 
         "task, answer, system, input, output, tools, allowed_tools, tool_fallbacks)",
         "dialects.acme.tool.result.path (line 10): expected a string, got a number",
         "dialects.acme.tool (line 9): missing `when` (the condition for this rule)",
-        "dialects.acme.model.when.name_regex (line 12): invalid regular expression: "
-        "missing ), unterminated subpattern at position 0",
+        "dialects.acme.model.when.name_regex (line 12): invalid regular expression (RE2 "
+        "syntax): missing ): (unclosed",
         "dialects.acme.model.input (line 13): names two places (attribute and event and log); "
         "give one",
         "dialects.genai (line 14): a built-in dialect has this name; choose another",

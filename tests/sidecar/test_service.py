@@ -92,9 +92,11 @@ def test_start_feed_one_trace_shutdown_leaves_no_threads(
     assert service.store is not None
 
 
-def test_a_trace_that_cannot_be_graded_is_forwarded_as_it_came(
+def test_a_trace_that_cannot_be_graded_is_forwarded_whole_and_flagged(
     tmp_path: Path, downstream: Downstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every span as it came; the agent span also says it was not graded and why (never
+    a blind pass: docs/hostile-input.md, "Grading budget")."""
     import attest_otel.pipeline
 
     def broken(*_a: Any, **_k: Any) -> Any:
@@ -109,7 +111,19 @@ def test_a_trace_that_cannot_be_graded_is_forwarded_as_it_came(
     service.shutdown(5.0)
     assert service.stats.grade_failures == 1
     forwarded = ExportTraceServiceRequest.FromString(downstream.trace_requests()[0])
+    flagged = {}
+    for span in forwarded.resource_spans[0].scope_spans[0].spans:
+        keys = [kv.key for kv in span.attributes]
+        if "attest.tool_use.ungraded" in keys:
+            flagged[span.name] = {kv.key: kv.value.string_value for kv in span.attributes[-2:]}
+            del span.attributes[-2:]
     assert forwarded == ExportTraceServiceRequest.FromString(data)
+    (only,) = flagged.values()
+    assert only == {
+        "attest.tool_use.verdict": "review",
+        "attest.tool_use.ungraded": "RuntimeError: adapter bug",
+    }
+    assert service.stats.traces_ungraded == {"error": 1}
 
 
 # --- the model gate ----------------------------------------------------------------------------

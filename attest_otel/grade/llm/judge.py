@@ -30,8 +30,8 @@ from attest_otel.grade.llm.prompts import (
     choice_prefix,
 )
 from attest_otel.grade.llm.schemas import (
-    ANSWER_TOOL,
-    CHOICE_TOOL,
+    answer_tool,
+    choice_tool,
     parse_answer,
     parse_choice,
     verdict_input,
@@ -98,17 +98,18 @@ class _Check(Generic[Q, V]):
     kind: CheckKind
     verdict_type: type[V]
     system: str
-    tool: Mapping[str, Any]
+    tool: Callable[[], Mapping[str, Any]]
+    """The verdict tool; built on the first check (`schemas.answer_tool`)."""
     content: Callable[[Q], list[dict[str, Any]]]
     parse: Callable[[Mapping[str, Any]], V | ModelFailure]
     shared_prefix: Callable[[Q], str] | None = None
 
 
 _ANSWER_CHECK: _Check[AnswerQuestion, AnswerVerdict] = _Check(
-    "answer", AnswerVerdict, ANSWER_SYSTEM, ANSWER_TOOL, answer_content, parse_answer
+    "answer", AnswerVerdict, ANSWER_SYSTEM, answer_tool, answer_content, parse_answer
 )
 _CHOICE_CHECK: _Check[ChoiceQuestion, ChoiceVerdict] = _Check(
-    "choice", ChoiceVerdict, CHOICE_SYSTEM, CHOICE_TOOL, choice_content, parse_choice, choice_prefix
+    "choice", ChoiceVerdict, CHOICE_SYSTEM, choice_tool, choice_content, parse_choice, choice_prefix
 )
 
 
@@ -232,13 +233,14 @@ class AnthropicJudge:
             return list(pool.map(ask, questions))
 
     def _ask_one(self, check: _Check[Q, V], question: Q) -> V | ModelFailure:
-        tool_name = check.tool["name"]
+        tool = check.tool()
+        tool_name = tool["name"]
         try:
             reply = self._client.messages.create(
                 model=self.model,
                 max_tokens=_MAX_TOKENS,
                 system=check.system,
-                tools=[check.tool],
+                tools=[tool],
                 tool_choice={"type": "tool", "name": tool_name},
                 messages=[{"role": "user", "content": check.content(question)}],
             )

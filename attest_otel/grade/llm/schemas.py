@@ -2,70 +2,30 @@
 
 A forced tool call gives the verdict a fixed shape, but the API does not promise the input
 fits the schema, so every reply is checked here: a wrong enum value or a missing field is
-a `ModelFailure`, never a guessed verdict.
+a `ModelFailure`, never a guessed verdict. Each verdict is one pydantic model (`verdicts`),
+so the JSON Schema sent with the request and the check of the reply are one declaration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from attest_otel.grade.questions import AnswerOutcome, AnswerVerdict, ChoiceVerdict, ModelFailure
 
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 __all__ = [
     "ANSWER_OUTCOMES",
-    "ANSWER_TOOL",
-    "CHOICE_TOOL",
+    "answer_tool",
+    "choice_tool",
     "parse_answer",
     "parse_choice",
     "verdict_input",
 ]
 
 ANSWER_OUTCOMES: tuple[AnswerOutcome, ...] = get_args(AnswerOutcome)
-
-# Reasons end up in findings and span attributes; a model that rambles is cut here.
-_MAX_REASON_CHARS = 400
-
-_REASON_SCHEMA = {
-    "type": "string",
-    "minLength": 1,
-    "description": "One short sentence explaining the verdict.",
-}
-
-ANSWER_TOOL: dict[str, Any] = {
-    "name": "record_answer_verdict",
-    "description": "Record how the final answer treats the failed tool call.",
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "outcome": {
-                "type": "string",
-                "enum": list(ANSWER_OUTCOMES),
-                "description": "acknowledged, claimed_success or silent.",
-            },
-            "reason": _REASON_SCHEMA,
-        },
-        "required": ["outcome", "reason"],
-        "additionalProperties": False,
-    },
-}
-
-CHOICE_TOOL: dict[str, Any] = {
-    "name": "record_choice_verdict",
-    "description": "Record whether the tool was a reasonable choice for the task.",
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "appropriate": {
-                "type": "boolean",
-                "description": "true when the tool was a reasonable choice, false otherwise.",
-            },
-            "reason": _REASON_SCHEMA,
-        },
-        "required": ["appropriate", "reason"],
-        "additionalProperties": False,
-    },
-}
 
 _MISFIT = "model verdict did not fit the schema"
 
@@ -89,52 +49,62 @@ def verdict_input(reply: Any, tool_name: str) -> Mapping[str, Any] | ModelFailur
     return ModelFailure(f"model reply had no verdict (no {tool_name} tool call)")
 
 
-def _reason(tool_input: Mapping[str, Any]) -> str | ModelFailure:
-    reason = tool_input.get("reason")
-    if not isinstance(reason, str):
-        return ModelFailure(f"{_MISFIT}: reason is missing")
-    reason = " ".join(reason.split())
-    if not reason:
-        return ModelFailure(f"{_MISFIT}: reason is empty")
-    if len(reason) > _MAX_REASON_CHARS:
-        reason = reason[: _MAX_REASON_CHARS - 3].rstrip() + "..."
-    return reason
+def _misfit(error: ValidationError) -> ModelFailure:
+    """The first thing wrong, in field order; fields the schema forbids are named together."""
+    extra: list[str] = []
+    for problem in error.errors(include_url=False):
+        name = ".".join(map(str, problem["loc"]))
+        kind, value = problem["type"], problem["input"]
+        if kind == "extra_forbidden":
+            extra.append(name)
+        elif kind == "missing" or value is None or (name == "reason" and kind == "string_type"):
+            return ModelFailure(f"{_MISFIT}: {name} is missing")
+        elif kind == "literal_error":
+            return ModelFailure(
+                f"{_MISFIT}: {name} {value!r} is not one of {', '.join(ANSWER_OUTCOMES)}"
+            )
+        elif kind == "bool_type":
+            return ModelFailure(f"{_MISFIT}: {name} {value!r} is not true or false")
+        elif kind in ("reason_empty", "string_too_short"):
+            return ModelFailure(f"{_MISFIT}: {name} is empty")
+        else:
+            return ModelFailure(f"{_MISFIT}: {name}: {problem['msg']}")
+    return ModelFailure(f"{_MISFIT}: unexpected field {', '.join(sorted(extra))}")
 
 
-def _extra_keys(tool_input: Mapping[str, Any], tool: Mapping[str, Any]) -> ModelFailure | None:
-    extra = sorted(set(tool_input) - set(tool["input_schema"]["properties"]))
-    if extra:
-        return ModelFailure(f"{_MISFIT}: unexpected field {', '.join(map(str, extra))}")
-    return None
+def answer_tool() -> dict[str, Any]:
+    """The answer verdict tool, as the request carries it."""
+    from attest_otel.grade.llm.verdicts import ANSWER_TOOL
+
+    return ANSWER_TOOL
+
+
+def choice_tool() -> dict[str, Any]:
+    """The choice verdict tool, as the request carries it."""
+    from attest_otel.grade.llm.verdicts import CHOICE_TOOL
+
+    return CHOICE_TOOL
 
 
 def parse_answer(tool_input: Mapping[str, Any]) -> AnswerVerdict | ModelFailure:
-    outcome = tool_input.get("outcome")
-    if outcome is None:
-        return ModelFailure(f"{_MISFIT}: outcome is missing")
-    if outcome not in ANSWER_OUTCOMES:
-        return ModelFailure(
-            f"{_MISFIT}: outcome {outcome!r} is not one of {', '.join(ANSWER_OUTCOMES)}"
-        )
-    reason = _reason(tool_input)
-    if isinstance(reason, ModelFailure):
-        return reason
-    extra = _extra_keys(tool_input, ANSWER_TOOL)
-    if extra is not None:
-        return extra
-    return AnswerVerdict(outcome=outcome, reason=reason)
+    from pydantic import ValidationError
+
+    from attest_otel.grade.llm.verdicts import AnswerInput
+
+    try:
+        got = AnswerInput.model_validate(dict(tool_input))
+    except ValidationError as e:
+        return _misfit(e)
+    return AnswerVerdict(outcome=got.outcome, reason=got.reason)
 
 
 def parse_choice(tool_input: Mapping[str, Any]) -> ChoiceVerdict | ModelFailure:
-    appropriate = tool_input.get("appropriate")
-    if appropriate is None:
-        return ModelFailure(f"{_MISFIT}: appropriate is missing")
-    if not isinstance(appropriate, bool):
-        return ModelFailure(f"{_MISFIT}: appropriate {appropriate!r} is not true or false")
-    reason = _reason(tool_input)
-    if isinstance(reason, ModelFailure):
-        return reason
-    extra = _extra_keys(tool_input, CHOICE_TOOL)
-    if extra is not None:
-        return extra
-    return ChoiceVerdict(appropriate=appropriate, reason=reason)
+    from pydantic import ValidationError
+
+    from attest_otel.grade.llm.verdicts import ChoiceInput
+
+    try:
+        got = ChoiceInput.model_validate(dict(tool_input))
+    except ValidationError as e:
+        return _misfit(e)
+    return ChoiceVerdict(appropriate=got.appropriate, reason=got.reason)
