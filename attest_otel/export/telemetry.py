@@ -32,6 +32,7 @@ from attest_otel.export.metrics import (
     DEFAULT_LABEL_CAP,
     DEFAULT_LABEL_MAX_CHARS,
     DEFAULT_LABEL_TTL_S,
+    ToolUseMetrics,
 )
 from attest_otel.export.otlp_config import ExportTls, default_resource, env
 from attest_otel.export.outputs import (
@@ -87,6 +88,15 @@ class Telemetry:
         for output in self.outputs:
             if isinstance(output, MetricOutput):
                 return output.provider
+        return None
+
+    @property
+    def metrics(self) -> ToolUseMetrics | None:
+        """The grade metrics' recorder, which the sidecar also feeds with the runs its
+        grading processes graded (`ToolUseMetrics.record_many`)."""
+        for output in self.outputs:
+            if isinstance(output, MetricOutput):
+                return output.recorder
         return None
 
     @property

@@ -325,7 +325,7 @@ class Service:
         self.grader.pool = pool
         if self.regrader is not None:
             self.regrader.pool = pool
-        metrics = getattr(self.telemetry, "metrics", None)
+        metrics = self.telemetry.metrics if self.telemetry is not None else None
         if metrics is not None:
             self.grader.emit_after_worker = metrics.record_many
 

@@ -431,3 +431,29 @@ def test_with_the_sdk_disabled_nothing_is_built_and_nothing_is_reported_lost(
         report = telemetry.flush()
     assert report.ok and not report.signals
     assert otlp_receiver.spans() == []
+
+
+def test_the_metric_recorder_is_reachable_for_runs_graded_elsewhere() -> None:
+    """The sidecar records the runs its grading processes graded through `metrics`
+    (`record_many`); without it those runs would never reach the metrics."""
+    from attest_otel.export.metrics import ToolUseMetrics
+
+    telemetry = build_telemetry(
+        endpoint=None,
+        protocol=None,
+        spans=False,
+        logs=False,
+        metrics=False,
+        prometheus="127.0.0.1:0",
+    )
+    try:
+        assert isinstance(telemetry.metrics, ToolUseMetrics)
+    finally:
+        telemetry.shutdown(timeout_s=1)
+    none = build_telemetry(
+        endpoint=None, protocol=None, spans=True, logs=False, metrics=False, prometheus=None
+    )
+    try:
+        assert none.metrics is None
+    finally:
+        none.shutdown(timeout_s=1)
