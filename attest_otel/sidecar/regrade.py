@@ -59,7 +59,12 @@ from attest_otel.export.otlp_config import default_resource, package_version
 from attest_otel.model import CheckResult, Run, shown_score
 from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
-from attest_otel.sidecar.grading import GradingFailed, grade_again, grade_again_in_worker
+from attest_otel.sidecar.grading import (
+    GradingFailed,
+    encode_logs,
+    grade_again,
+    grade_again_in_worker,
+)
 from attest_otel.sidecar.shape import service_name
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import split_request
@@ -148,6 +153,11 @@ class Regrader:
         the `service.name` they declare)."""
         self.pool: GradingProcesses | None = None
         """The grading processes (`grading.grade_again_in_worker`); None: grade here."""
+        self.send_logs: Callable[[list[bytes]], None] | None = None
+        """Sends the evaluation log records of the runs a regrade graded anew; None: log
+        events are off. A trace held first from its log records (the logs pipeline is often
+        faster) is graded through here when its spans come, so without them its runs would
+        never have a `gen_ai.evaluation.result` event."""
 
     def remember(self, trace_id: str, data: bytes, runs: list[tuple[Run, CheckResult]]) -> None:
         """Called for every graded trace: without a store, its spans are kept for a while."""
@@ -246,6 +256,11 @@ class Regrader:
             self.recent.put(trace_id, late, {g.span_id: g.result for g in grades})
         self._forward(data, trace)
         self._changed(trace_id, changed, late, trace.spans, trace.reason)
+        if changed and self.send_logs is not None:
+            try:
+                self.send_logs(encode_logs(changed, now, self.content))
+            except Exception:
+                log.exception("sending the evaluation log records of trace %s failed", trace_id)
 
     def _flips(
         self,

@@ -253,6 +253,7 @@ class Service:
         if tel.logs:
             self.evaluation_logs = EvaluationLogs(config.forward, telemetry_target(config))
             self.grader.send_logs = self.evaluation_logs.send
+            regrader.send_logs = self.evaluation_logs.send
 
     def _stale(self, regrader: Regrader) -> Callable[[str], None]:
         """What the shared store's writer calls for a trace another sidecar also stored

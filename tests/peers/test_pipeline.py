@@ -143,14 +143,6 @@ def _scenario_tools(i: int) -> list[Any]:
     return SCENARIOS[i % len(SCENARIOS)][1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by this test: through the real Collector only about a third of the agent "
-    "traces get their gen_ai.evaluation.result log events; the others are first held from "
-    "their log records (the logs pipeline is faster), their spans then come late and are "
-    "regraded (`graded run again ... late_spans=N`), a path that annotates the spans but "
-    "emits no grade log event",
-)
 def test_grade_log_events_reach_the_logs_pipeline(sent: tuple[Pipeline, Path, dict]) -> None:
     pipeline, _, traces = sent
     agents = _agent_traces(traces)
