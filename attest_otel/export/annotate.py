@@ -1,7 +1,7 @@
 """Findings written into the protobuf spans the sidecar still holds, before it forwards them.
 
 The sidecar keeps received `opentelemetry.proto.trace.v1.trace_pb2.Span` messages as its
-buffer and re-serialises them (re-encoding through the SDK is ~6x slower: docs/pipeline.md,
+buffer and re-serialises them (re-encoding through the SDK is slower: docs/pipeline.md,
 "Measured limits"), so the grade is added by mutating those messages in place: one
 `gen_ai.evaluation.result` event per graded span, and the same `attest.*` values as span
 attributes, because Jaeger's tag search and TraceQL's `span.` scope only see attributes.

@@ -52,7 +52,7 @@ its trace was graded is recognised as late: its spans are held as a *late* trace
 (the earlier spans come from the store), instead of opening a new trace and grading a
 fragment (groupbytrace's behaviour) or forwarding them ungraded.
 
-Spans are held as their OTLP bytes (see `wire`), about 1.05x their size on the wire, and a
+Spans are held as their OTLP bytes (see `wire`; docs/measurements.md, "Held spans as bytes"), and a
 trace's log records likewise beside them (`route_logs`, pipeline.md a.): a record moves the
 trace's last arrival like a span does, so a run's grace counts from the last of its spans or
 records, and a GenAI-looking record of a trace not seen yet opens it (no agent span yet: it

@@ -122,7 +122,8 @@ class ReceiversConfig:
     http_endpoint: str = _key("http.endpoint", "address", "127.0.0.1:4318")
     http_max_body_bytes: int = _key("http.max_request_body_size_mib", default=20 * MIB, **_SIZE_MIB)
     http_max_json_bytes: int = _key("http.max_json_body_size_mib", default=4 * MIB, **_SIZE_MIB)
-    """OTLP/JSON costs about 50x its size to parse (protobuf: about 3x): its own, lower cap."""
+    """OTLP/JSON costs far more than protobuf to parse (docs/measurements.md, "Parse cost per
+    encoding"): its own, lower cap."""
     http_workers: int = _key("http.workers", "int", 32)
     """Threads working on whole HTTP requests; connections wait on the event loop, not here."""
     http_max_connections: int = _key("http.max_connections", "int", 4096)
@@ -222,8 +223,9 @@ class GradingConfig:
     capacity (the measured trade is in collector-config/README.md's sizing notes)."""
     max_backlog_spans: int = _key("max_backlog_spans", "int", 200_000)
     max_trace_bytes: int = _key("max_trace_size_mib", default=32 * MIB, **_SIZE_MIB)
-    """A held trace larger than this is forwarded ungraded (counted): grading takes about
-    40x a trace's bytes, so this bounds a grading worker's memory."""
+    """A held trace larger than this is forwarded ungraded (counted): grading takes many
+    times a trace's bytes (docs/measurements.md, "Grading memory per trace"), so this bounds a
+    grading worker's memory."""
     budget_s: float = _key("budget_s", "number", 10.0)
     """How long a grading process may grade one trace: past it the process is killed and
     replaced, the trace forwarded ungraded, flagged and quarantined (`workers`)."""

@@ -7,7 +7,7 @@ connections, a pool of `workers` threads sees only whole requests). What a reque
 is bounded here:
 
 - size: a body over `max_body_bytes` (or, for OTLP/JSON, the lower `max_json_bytes`:
-  converting it costs about 50x its size) is refused with 413 from its Content-Length
+  converting it costs far more, docs/measurements.md) is refused with 413 from its Content-Length
   (read, up to `_DISCARD_LIMIT`, only to name its traces as a gap, `on_oversize`; past
   that the connection is closed unread), and a gzip body that inflates past the limit is
   cut off while inflating;

@@ -350,7 +350,7 @@ class Service:
         size = 0
         for trace in traces:
             if len(trace.data) > limit and not trace.late:
-                # Grading costs about 40x a trace's bytes: past the cap it goes on ungraded.
+                # Grading costs many times a trace's bytes: past the cap it goes on ungraded.
                 log.warning(
                     "trace %s holds %d bytes, over grading.max_trace_size_mib: forwarded ungraded",
                     trace.trace_id_hex,

@@ -183,8 +183,8 @@ class TraceStore:
             _private_file(self.path)
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
             # A trace is tens of KB: in 4 KB pages it is a chain of overflow pages, each
-            # its own write. 16 KB pages halve the writer's CPU per span (bench_sidecar's
-            # agent load); it takes effect in a new file, before the WAL switch.
+            # its own write. 16 KB pages halve the writer's CPU per span (docs/measurements.md,
+            # "SQLite page size"); it takes effect in a new file, before the WAL switch.
             self._db.execute("PRAGMA page_size=16384")
             # Freed pages go back to the file system only with auto-vacuum, which a new
             # file takes here, before its first table; an older file is converted below.
