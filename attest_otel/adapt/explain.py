@@ -62,6 +62,12 @@ class RunGaps:
 
     missing: list[str] = field(default_factory=list)
     capture: list[str] = field(default_factory=list)
+    """Only when the trace recorded no content at all: where some content was recorded,
+    capture is on, and telling the user to turn it on would send them the wrong way."""
+    unread: bool = False
+    """Some content was recorded, yet parts are missing: not captured for those spans (a
+    tool that raised returns nothing), or kept where no reader looks (a dialect file can
+    say where)."""
 
 
 def readings(nodes: dict[str, Node], builds: list[RunBuild]) -> list[SpanReading]:
@@ -133,8 +139,9 @@ def gaps(run: Run, dialects: list[str]) -> RunGaps:
     unargued = sum(1 for c in calls if c.arguments is None)
     if unargued:
         out.missing.append(f"tool arguments ({unargued} of {len(calls)} calls)")
-    if out.missing:
+    if out.missing and not run.content_captured:
         out.capture = capture_hints(dialects)
+    out.unread = bool(out.missing) and run.content_captured
     return out
 
 

@@ -30,7 +30,9 @@ from attest_otel.terminal import printable
 @click.option(
     "--policy", type=click.Path(path_type=Path), help="Policy file (its dialects: are used)."
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON document per trace, a line each.")
+@click.option(
+    "--json", "as_json", is_flag=True, help='One JSON document: {"traces": [...]}, as grade --json.'
+)
 @trace_source_options
 @config_option
 def inspect(
@@ -76,12 +78,13 @@ def inspect(
     traces = read(decoded.spans, decoded.logs, Reading(loaded or Policy.empty()), explain=True)
     if not traces:
         raise UsageError("no spans in the input")
+    if as_json:  # one document for the whole input, as `grade --json` prints
+        out = {"traces": [_as_dict(trace) for trace in traces]}
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
     for trace in traces:
-        if as_json:
-            click.echo(json.dumps(_as_dict(trace), ensure_ascii=False))
-        else:
-            # Span names and content are the sender's: shown, never sent to the terminal.
-            click.echo(printable("\n".join(_lines(trace))))
+        # Span names and content are the sender's: shown, never sent to the terminal.
+        click.echo(printable("\n".join(_lines(trace))))
 
 
 def _as_dict(trace: TraceRuns) -> dict[str, Any]:
@@ -137,6 +140,12 @@ def _lines(trace: TraceRuns) -> list[str]:
         if found.missing:
             out.append(f"    missing: {', '.join(found.missing)}")
             out.extend(f"    turn capture on: {hint}" for hint in found.capture)
+            if found.unread:
+                out.append(
+                    "    content was recorded, so capture is on: what is missing was not "
+                    "captured for those spans, or sits where no reader looks (a dialect "
+                    "file can say where: README, 'Teach it a dialect')"
+                )
     return out
 
 

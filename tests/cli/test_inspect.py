@@ -20,7 +20,7 @@ def _inspect(*args: str) -> tuple[int, str, str]:
 def test_every_span_says_what_it_became_and_a_run_without_content_says_how_to_capture_it() -> None:
     code, out, _ = _inspect("--file", str(TRACES / "adk__unrecovered_claims.json"), "--json")
     assert code == 0
-    trace = json.loads(out)
+    (trace,) = json.loads(out)["traces"]
     became = {s["name"]: s["became"] for s in trace["spans"]}
     assert became["invoke_agent billing_agent"] == "run 0 (billing_agent)"
     assert became["execute_tool charge_card"] == "call 1 of run 0 (charge_card)"
@@ -29,15 +29,19 @@ def test_every_span_says_what_it_became_and_a_run_without_content_says_how_to_ca
     (run,) = trace["runs"]
     assert run["missing"][:2] == ["task", "final answer"]
     assert any("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in c for c in run["capture"])
+    assert run["unread"] is False
 
 
 def test_a_run_with_content_misses_only_the_result_of_the_call_that_raised() -> None:
     code, out, _ = _inspect("--file", str(TRACES / "crewai_openinference__retry.json"), "--json")
     assert code == 0
-    (run,) = json.loads(out)["runs"]
+    (trace,) = json.loads(out)["traces"]
+    (run,) = trace["runs"]
     assert run["agent"] == "billing_agent"
     # the raised charge_card never returned: its result is the only thing not there
     assert run["missing"] == ["tool results (1 of 3 calls)"]
+    # content was recorded, so capture is on: no hint to turn it on
+    assert run["capture"] == [] and run["unread"] is True
     assert [c["name"] for c in run["calls"]] == ["lookup_order", "charge_card", "charge_card"]
 
 
@@ -56,3 +60,16 @@ def test_file_and_trace_id_exclude_each_other() -> None:
     assert err.strip().splitlines() == [
         "attest-otel: error: inspect takes --file PATH or --trace-id ID (they exclude each other)"
     ]
+
+
+def test_json_over_a_file_of_many_traces_is_one_document(tmp_path: Path) -> None:
+    both = tmp_path / "two.json"
+    both.write_text(
+        (TRACES / "adk__unrecovered_claims.json").read_text()
+        + (TRACES / "crewai_openinference__retry.json").read_text()
+    )
+    code, out, _ = _inspect("--file", str(both), "--json")
+    assert code == 0
+    document = json.loads(out)  # one document, not a line per trace
+    assert len(document["traces"]) == 2
+    assert len({t["trace_id"] for t in document["traces"]}) == 2

@@ -243,7 +243,7 @@ def test_config_gives_the_sidecars_store_to_grade_inspect_and_report(tmp_path: P
     assert [t["trace_id"] for t in json.loads(result.output)["traces"]] == tids
     result = _invoke("inspect", "--trace-id", tids[0], "--config", str(config), "--json")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.output.splitlines()[0])["trace_id"] == tids[0]
+    assert [t["trace_id"] for t in json.loads(result.output)["traces"]] == [tids[0]]
     result = _invoke("report", "--since", "1h", "--config", str(config), "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.output)["runs"]["total"] > 0
