@@ -141,7 +141,29 @@ def _span_limit(env_name: str) -> int | None:
     return None if env(env_name) else _SPAN_LIMIT_DEFAULT
 
 
-class SpanOutput:
+class _Provider(Protocol):
+    def force_flush(self, timeout_millis: int = ...) -> bool: ...
+
+    def shutdown(self) -> None: ...
+
+
+class _BatchedOutput:
+    """What the span and log outputs share: one SDK provider whose batch processor sends,
+    flushed and shut down as the provider says."""
+
+    provider: _Provider
+
+    def flush(self, millis: int) -> None:
+        self.provider.force_flush(millis)
+
+    def shutdown(self, millis: int) -> None:
+        self.provider.shutdown()
+
+    def reports(self) -> list[SignalReport]:
+        return []
+
+
+class SpanOutput(_BatchedOutput):
     """`attest.grade` spans, for traces whose own spans are stored and cannot change."""
 
     signal: Signal = "traces"
@@ -168,17 +190,8 @@ class SpanOutput:
             emit_grade_span(self.tracer, run, result, now_ns=now_ns, content=self.content)
             self.tally.add_emitted(1)
 
-    def flush(self, millis: int) -> None:
-        self.provider.force_flush(millis)
 
-    def shutdown(self, millis: int) -> None:
-        self.provider.shutdown()
-
-    def reports(self) -> list[SignalReport]:
-        return []
-
-
-class LogOutput:
+class LogOutput(_BatchedOutput):
     """`gen_ai.evaluation.result` log events, where log backends index them."""
 
     signal: Signal = "logs"
@@ -195,15 +208,6 @@ class LogOutput:
     def emit(self, run: Run, result: CheckResult, *, now_ns: int, grade_span: bool) -> None:
         sent = emit_log_events(self.logger, run, result, now_ns=now_ns, content=self.content)
         self.tally.add_emitted(sent)
-
-    def flush(self, millis: int) -> None:
-        self.provider.force_flush(millis)
-
-    def shutdown(self, millis: int) -> None:
-        self.provider.shutdown()
-
-    def reports(self) -> list[SignalReport]:
-        return []
 
 
 class MetricOutput:
