@@ -197,6 +197,49 @@ def retry_delay(error: grpc.RpcError) -> float:
     return 0.5
 
 
+def start_serve(
+    tmp: Path, config_text: str, forward: str, *extra: str
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """`attest-otel serve` with `config_text` on free loopback ports, its output in
+    tmp/sidecar.log, returned once /readyz answers: (process, gRPC port, HTTP port)."""
+    grpc_port, http_port = free_port(), free_port()
+    (tmp / "sidecar.yaml").write_text(config_text)
+    log_file = open(tmp / "sidecar.log", "wb")  # noqa: SIM115 - the process keeps it
+    sidecar = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attest_otel.cli",
+            "serve",
+            "--config",
+            str(tmp / "sidecar.yaml"),
+            "--grpc-endpoint",
+            f"127.0.0.1:{grpc_port}",
+            "--http-endpoint",
+            f"127.0.0.1:{http_port}",
+            "--forward-endpoint",
+            forward,
+            "--store",
+            str(tmp / "store.db"),
+            "--log-level",
+            "warning",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=log_file,
+        stderr=log_file,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=1):
+                return sidecar, grpc_port, http_port
+        except OSError:
+            if time.monotonic() > deadline or sidecar.poll() is not None:
+                raise SystemExit(f"sidecar did not start; see {tmp / 'sidecar.log'}") from None
+            time.sleep(0.1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0)
@@ -208,7 +251,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="attest-overload-"))
     templates = [Template(r) for r in build_requests(8, traces=5, genai_share=0.1, seed=11)]
     target = args.capacity * args.factor  # attempted spans/s
-    sink_port, grpc_port, http_port = free_port(), free_port(), free_port()
+    sink_port = free_port()
     sink_out = tmp / "sink-ids.bin"
     sink = subprocess.Popen(
         [
@@ -224,40 +267,7 @@ def main() -> None:
     )
     assert sink.stdout is not None
     assert b"ready" in sink.stdout.readline()
-    (tmp / "sidecar.yaml").write_text(CONFIG)
-    log_file = open(tmp / "sidecar.log", "wb")  # noqa: SIM115 - closed at the end
-    sidecar = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "attest_otel.cli",
-            "serve",
-            "--config",
-            str(tmp / "sidecar.yaml"),
-            "--grpc-endpoint",
-            f"127.0.0.1:{grpc_port}",
-            "--http-endpoint",
-            f"127.0.0.1:{http_port}",
-            "--forward-endpoint",
-            f"127.0.0.1:{sink_port}",
-            "--store",
-            str(tmp / "store.db"),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        stdout=log_file,
-        stderr=log_file,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=1):
-                break
-        except OSError:
-            if time.monotonic() > deadline or sidecar.poll() is not None:
-                raise SystemExit(f"sidecar did not start; see {tmp / 'sidecar.log'}") from None
-            time.sleep(0.1)
+    sidecar, grpc_port, _ = start_serve(tmp, CONFIG, f"127.0.0.1:{sink_port}")
 
     channel = grpc.insecure_channel(
         f"127.0.0.1:{grpc_port}", options=[("grpc.max_send_message_length", -1)]
@@ -351,7 +361,6 @@ def main() -> None:
     lost = expected - seen
     duplicates = len(got) - len(seen)
     channel.close()
-    log_file.close()
 
     rss = [r for _, r in samples]
     half = len(rss) // 2

@@ -38,7 +38,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +48,14 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from load_overload import EXPORT, Template, free_port, retry_delay, serve_sink  # noqa: E402
+from load_overload import (  # noqa: E402
+    EXPORT,
+    Template,
+    free_port,
+    retry_delay,
+    serve_sink,
+    start_serve,
+)
 from sidecar_workload import build_request  # noqa: E402
 
 MIB = 2**20
@@ -133,49 +139,14 @@ def _percentile(values: list[float], q: float) -> float:
 def _start_sidecar(
     tmp: Path, args: argparse.Namespace, sink_port: int
 ) -> tuple[subprocess.Popen[bytes], int, int]:
-    grpc_port, http_port = free_port(), free_port()
-    (tmp / "sidecar.yaml").write_text(
+    config = (
         "buffer: {grace_s: 0.5, idle_timeout_s: 2, segment_size_mib: 1,"
         f" max_dir_size_mib: {args.buffer_mib}}}\n"
         f"store: {{max_size_mib: {args.store_mib}}}\n"
         "forward: {retry_after_s: 0.1}\n"
         "telemetry: {metrics: false}\n"
     )
-    log_file = open(tmp / "sidecar.log", "wb")  # noqa: SIM115 - the process keeps it
-    sidecar = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "attest_otel.cli",
-            "serve",
-            "--config",
-            str(tmp / "sidecar.yaml"),
-            "--grpc-endpoint",
-            f"127.0.0.1:{grpc_port}",
-            "--http-endpoint",
-            f"127.0.0.1:{http_port}",
-            "--forward-endpoint",
-            f"127.0.0.1:{sink_port}",
-            "--store",
-            str(tmp / "store.db"),
-            "--buffer-dir",
-            str(tmp / "buffer"),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        stdout=log_file,
-        stderr=log_file,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=1):
-                return sidecar, grpc_port, http_port
-        except OSError:
-            if time.monotonic() > deadline or sidecar.poll() is not None:
-                raise SystemExit(f"sidecar did not start; see {tmp / 'sidecar.log'}") from None
-            time.sleep(0.1)
+    return start_serve(tmp, config, f"127.0.0.1:{sink_port}", "--buffer-dir", str(tmp / "buffer"))
 
 
 def _sender(
