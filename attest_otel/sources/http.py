@@ -38,7 +38,9 @@ __all__ = [
     "HttpClient",
     "HttpOptions",
     "Response",
+    "http_error",
     "parse_headers",
+    "unexpected_body",
 ]
 
 _log = logging.getLogger(__name__)
@@ -307,3 +309,18 @@ def _connect_reason(e: BaseException) -> str:
     if "name or service not known" in lowered or "nodename nor servname" in lowered:
         return f"unknown host ({first_line(text, 80)})"
     return first_line(text, 160) or type(e).__name__
+
+
+def http_error(backend: str, location: str, r: Response, credentials: str) -> SourceError:
+    """A backend's non-200 answer as one line; a refusal says how to pass `credentials`."""
+    if r.status in (401, 403):
+        return SourceError(
+            f"{backend} at {location} refused access (HTTP {r.status}): pass credentials with "
+            f"--header, e.g. {credentials}"
+        )
+    return SourceError(f"{backend} at {location} answered HTTP {r.status}: {r.snippet()}")
+
+
+def unexpected_body(backend: str, location: str, r: Response, problem: str) -> SourceError:
+    """A 200 answer that is not what the API promises, named with its URL."""
+    return SourceError(f"unexpected body from {backend} at {location} ({r.url}): {problem}")

@@ -38,7 +38,13 @@ from attest_otel.sources.base import (
     only_trace,
     parse_hex_id,
 )
-from attest_otel.sources.http import HttpClient, HttpOptions, Response
+from attest_otel.sources.http import (
+    HttpClient,
+    HttpOptions,
+    Response,
+    http_error,
+    unexpected_body,
+)
 from attest_otel.sources.kind import SourceKind
 
 __all__ = ["JaegerSource", "spans_from_classic"]
@@ -295,17 +301,15 @@ def _error_text(errors: list[Any]) -> str:
     return "; ".join(parts) or "unknown error"
 
 
+_CREDENTIALS = "'Authorization=Bearer <token>'"
+
+
 def _http_error(location: str, r: Response) -> SourceError:
-    if r.status in (401, 403):
-        return SourceError(
-            f"jaeger at {location} refused access (HTTP {r.status}): pass credentials with "
-            "--header, e.g. 'Authorization=Bearer <token>'"
-        )
-    return SourceError(f"jaeger at {location} answered HTTP {r.status}: {r.snippet()}")
+    return http_error("jaeger", location, r, _CREDENTIALS)
 
 
 def _unexpected(location: str, r: Response, problem: str) -> SourceError:
-    return SourceError(f"unexpected body from jaeger at {location} ({r.url}): {problem}")
+    return unexpected_body("jaeger", location, r, problem)
 
 
 KIND = SourceKind("jaeger", "url", "http://localhost:16686", JaegerSource)

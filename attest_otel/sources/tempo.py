@@ -30,7 +30,13 @@ from attest_otel.sources.base import (
     normalize_trace_id,
     only_trace,
 )
-from attest_otel.sources.http import HttpClient, HttpOptions, Response
+from attest_otel.sources.http import (
+    HttpClient,
+    HttpOptions,
+    Response,
+    http_error,
+    unexpected_body,
+)
 from attest_otel.sources.kind import SourceKind
 
 __all__ = ["TempoSource", "otlp_json_from_tempo"]
@@ -121,17 +127,15 @@ def _is_html(r: Response) -> bool:
     return r.content_type.lower().startswith("text/html")
 
 
+_CREDENTIALS = "'Authorization=Basic <base64>' or 'X-Scope-OrgID=<tenant>'"
+
+
 def _http_error(location: str, r: Response) -> SourceError:
-    if r.status in (401, 403):
-        return SourceError(
-            f"tempo at {location} refused access (HTTP {r.status}): pass credentials with "
-            "--header, e.g. 'Authorization=Basic <base64>' or 'X-Scope-OrgID=<tenant>'"
-        )
-    return SourceError(f"tempo at {location} answered HTTP {r.status}: {r.snippet()}")
+    return http_error("tempo", location, r, _CREDENTIALS)
 
 
 def _unexpected(location: str, r: Response, problem: str) -> SourceError:
-    return SourceError(f"unexpected body from tempo at {location} ({r.url}): {problem}")
+    return unexpected_body("tempo", location, r, problem)
 
 
 KIND = SourceKind("tempo", "url", "http://localhost:3200", TempoSource)
