@@ -83,6 +83,60 @@ def test_the_compose_file_brings_up_the_whole_story_with_every_tag_pinned() -> N
     )
 
 
+def _built_versions() -> dict[str, str]:
+    """The Go module versions tools/build-peers.sh builds the test peers from."""
+    text = (ROOT / "tools" / "build-peers.sh").read_text()
+    return dict(re.findall(r"^([A-Z]+)_VERSION=(v[\d.]+)$", text, re.MULTILINE))
+
+
+def _image_tag(image: str) -> str:
+    return image.rpartition(":")[2]
+
+
+def jaeger_image_tag(module: str) -> str:
+    """Jaeger releases v1 and v2 together from one Go module, tagged in pairs since
+    v1.63.0 / v2.0.0 (one minor step each): v1.76.0 is v2.13.0. The v2 image carries the
+    v2 number."""
+    major, minor, patch = (int(p) for p in module.lstrip("v").split("."))
+    assert major == 1 and minor >= 63, f"{module} predates Jaeger v2"
+    return f"2.{minor - 63}.{patch}"
+
+
+def prometheus_image_tag(module: str) -> str:
+    """Prometheus 3 publishes its Go module as v0.3MM.P for release v3.M.P (two digits
+    of minor: v0.305.0 is v3.5.0)."""
+    major, minor, patch = (int(p) for p in module.lstrip("v").split("."))
+    assert major == 0 and 300 <= minor < 400, f"{module} is not a Prometheus 3 module"
+    return f"v3.{minor - 300}.{patch}"
+
+
+@pytest.mark.parametrize(
+    ("module", "jaeger", "prometheus"),
+    [("v1.63.0", "2.0.0", None), ("v1.76.0", "2.13.0", None), ("v0.305.0", None, "v3.5.0")],
+)
+def test_module_versions_map_to_the_release_tags_the_projects_publish(
+    module: str, jaeger: str | None, prometheus: str | None
+) -> None:
+    # Pairs the projects published (Jaeger's CHANGELOG "v1.76.0 / v2.13.0"; Prometheus's
+    # README on v0.3y.z tags), so the rule below is not only checked against itself.
+    if jaeger:
+        assert jaeger_image_tag(module) == jaeger
+    if prometheus:
+        assert prometheus_image_tag(module) == prometheus
+
+
+def test_the_compose_images_are_the_releases_the_peer_tests_run() -> None:
+    """deploy/compose.yaml runs what tests/peers/ tested: the Collector of the builder's
+    version, the Jaeger and Prometheus releases of the modules tools/build-peers.sh
+    builds. Bumping one without the other fails here."""
+    built = _built_versions()
+    assert set(built) == {"OCB", "JAEGER", "PROMETHEUS"}, built
+    services = _compose()["services"]
+    assert _image_tag(services["otelcol"]["image"]) == built["OCB"].lstrip("v")
+    assert _image_tag(services["jaeger"]["image"]) == jaeger_image_tag(built["JAEGER"])
+    assert _image_tag(services["prometheus"]["image"]) == prometheus_image_tag(built["PROMETHEUS"])
+
+
 def test_every_file_the_compose_file_and_the_dockerfile_use_is_there() -> None:
     services = _compose()["services"]
     for name, service in services.items():
