@@ -1,5 +1,9 @@
 """The CLI pieces, wired into a click group the way `cli.py` wires them: `grade --trace-id
---from`, `grade --since` with its progress bar, `report`, and the option parsing."""
+--from`, `grade --since` with its progress bar, `report`, and the option parsing.
+
+`--from jaeger:` reads the real Jaeger v2 of tests/sources/conftest.py (skipped where it is
+not built); the fake backend stays for Tempo (AGPL, not built here: tests/sources/test_tempo.py)
+and for a request that must never be sent."""
 
 from __future__ import annotations
 
@@ -22,8 +26,10 @@ from attest_otel.errors import UsageError
 from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_file
 from attest_otel.store import StoredGrade, TraceStore
+from tests.peers.servers import Jaeger
 from tests.sources import shapes
-from tests.sources.fake_http import FakeBackend, Reply
+from tests.sources.fake_http import FakeBackend
+from tests.sources.real_jaeger import relay
 
 NAMES = ["vercel__fallback", "vercel__unrecovered_ignores", "strands__disallowed"]
 
@@ -58,11 +64,12 @@ def test_a_duration_without_a_unit_is_a_usage_error(bad: str) -> None:
 
 
 def test_grade_by_trace_id_from_jaeger_prints_the_same_grade_as_the_file(
-    backend: FakeBackend,
+    backend: FakeBackend, jaeger: Jaeger
 ) -> None:
+    # The real Jaeger's answer, through a relay that records the headers it was sent.
     name = "vercel__unrecovered_ignores"
     tid = shapes.trace_id_of(name)
-    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=shapes.jaeger_v3(name))
+    backend.routes[f"/api/v3/traces/{tid}"] = relay(jaeger)
 
     result = _invoke(
         "grade",
@@ -206,13 +213,12 @@ def test_report_from_anything_but_the_store_is_a_usage_error() -> None:
 
 
 def test_export_sends_the_grade_back_into_the_trace_under_the_agent_span(
-    backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
+    jaeger: Jaeger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.fakes.otlp_server import OtlpGrpcReceiver
 
     name = "vercel__unrecovered_ignores"
     tid = shapes.trace_id_of(name)
-    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=shapes.jaeger_v3(name))
     decoded = decode_file(shapes.fixture(name))
     (run,) = [r for t in runs_from_spans(decoded.spans) for r in t.runs]
 
@@ -220,7 +226,7 @@ def test_export_sends_the_grade_back_into_the_trace_under_the_agent_span(
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
 
-        result = _invoke("grade", "--trace-id", tid, "--from", f"jaeger:{backend.url}", "--export")
+        result = _invoke("grade", "--trace-id", tid, "--from", f"jaeger:{jaeger.url}", "--export")
         assert result.exit_code == 1, result.output  # graded, and the run failed
         assert receiver.wait_for(lambda r: len(r.spans()) == 1, timeout=10)
 

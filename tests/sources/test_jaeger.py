@@ -1,9 +1,20 @@
-"""Jaeger: api_v3 (OTLP JSON, wrapped or bare, streamed) and the classic JSON fallback,
-against a local server answering in each API's documented shape."""
+"""Jaeger: api_v3 (OTLP JSON, wrapped or bare, streamed) and the classic JSON fallback.
+
+What a real Jaeger serves is read from a real one: Jaeger v2 v1.76.0 (v2.13.0) built by
+tools/build-peers.sh, memory storage, fed the fixtures by the OTel SDK's OTLP exporter
+(tests/sources/real_jaeger.py): api_v3, the classic API (reached by hiding api_v3 behind a
+relay that passes Jaeger's own answers through), 64-bit trace ids, an unknown trace. Those
+tests skip where the peer is not built (fail under CI=true).
+
+A fake server (tests/sources/fake_http.py) stays for what this Jaeger cannot be made to
+answer: the shapes of other builds (bare TracesData, a streamed answer in chunks, the UI's
+HTML on the api_v3 path, the in-band not-found of api_v3), errors (HTTP 500, 401), hostile
+or broken bodies (truncated, cut short, dribbled, never sent), and what only the server
+sees (the headers it was sent).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 
@@ -16,8 +27,10 @@ from attest_otel.ingest.decode import hydrate
 from attest_otel.model import Span
 from attest_otel.sources import HttpOptions, TraceNotFoundError, parse_source
 from attest_otel.sources.jaeger import JaegerSource, spans_from_classic
+from tests.peers.servers import Jaeger
 from tests.sources import shapes
 from tests.sources.fake_http import FakeBackend, Reply, refused_url
+from tests.sources.real_jaeger import SHORT_ID_OF, relay, short_id_spans
 
 FIXTURES = [
     "vercel__fallback",
@@ -27,7 +40,13 @@ FIXTURES = [
 ]
 
 
-def _fetch(backend: FakeBackend, trace_id: str, **options: object) -> list[Span]:
+def _classic_only(backend: FakeBackend, jaeger: Jaeger, trace_id: str) -> None:
+    """`backend` answers the classic path with the real Jaeger's answer, and api_v3 with a
+    404 (a Jaeger that has no api_v3)."""
+    backend.routes[f"/api/traces/{trace_id}"] = relay(jaeger)
+
+
+def _fetch(backend: FakeBackend | Jaeger, trace_id: str, **options: object) -> list[Span]:
     source = JaegerSource(backend.url, HttpOptions(**options))  # type: ignore[arg-type]
     try:
         return [hydrate(s) for s in source.fetch(trace_id).spans]
@@ -42,12 +61,13 @@ def _grades(spans: list[Span]) -> list[dict[str, object]]:
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-def test_api_v3_wrapped_in_result_gives_back_every_span_of_the_trace(
-    backend: FakeBackend, name: str
+def test_api_v3_of_a_real_jaeger_gives_back_every_span_of_the_trace(
+    backend: FakeBackend, jaeger: Jaeger, name: str
 ) -> None:
     tid = shapes.trace_id_of(name)
-    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=shapes.jaeger_v3(name))
-
+    assert _fetch(jaeger, tid) == shapes.original_spans(name)
+    # One request, to api_v3 (seen through a relay to the same Jaeger).
+    backend.routes[f"/api/v3/traces/{tid}"] = relay(jaeger)
     assert _fetch(backend, tid) == shapes.original_spans(name)
     assert [r.path for r in backend.requests] == [f"/api/v3/traces/{tid}"]
 
@@ -74,13 +94,11 @@ def test_api_v3_streamed_result_chunks_are_joined_into_one_trace(backend: FakeBa
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_classic_api_is_read_when_api_v3_is_absent_undoing_microseconds_tags_logs_and_references(
-    backend: FakeBackend, name: str
+    backend: FakeBackend, jaeger: Jaeger, name: str
 ) -> None:
     tid = shapes.trace_id_of(name)
     original = shapes.original_spans(name)
-    backend.routes[f"/api/traces/{tid}"] = Reply(
-        body=json.dumps(shapes.jaeger_classic(original)).encode()
-    )
+    _classic_only(backend, jaeger, tid)
 
     assert _fetch(backend, tid) == shapes.expected_from_jaeger_classic(original)
     assert [r.path for r in backend.requests] == [f"/api/v3/traces/{tid}", f"/api/traces/{tid}"]
@@ -88,16 +106,13 @@ def test_classic_api_is_read_when_api_v3_is_absent_undoing_microseconds_tags_log
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_grading_a_trace_read_from_jaeger_equals_grading_the_original_file(
-    backend: FakeBackend, name: str
+    backend: FakeBackend, jaeger: Jaeger, name: str
 ) -> None:
     tid = shapes.trace_id_of(name)
     original = shapes.original_spans(name)
-    backend.routes[f"/api/traces/{tid}"] = Reply(
-        body=json.dumps(shapes.jaeger_classic(original)).encode()
-    )
+    _classic_only(backend, jaeger, tid)
     from_classic = _grades(_fetch(backend, tid))
-    backend.routes[f"/api/v3/traces/{tid}"] = Reply(body=shapes.jaeger_v3(name))
-    from_v3 = _grades(_fetch(backend, tid))
+    from_v3 = _grades(_fetch(jaeger, tid))
 
     assert from_v3 == _grades(original)
     assert from_classic == _grades(original)
@@ -121,17 +136,17 @@ def test_classic_api_is_read_when_the_ui_answers_the_v3_path_with_its_html_page(
 
 
 def test_classic_64_bit_trace_ids_printed_as_16_digits_are_padded_to_32(
-    backend: FakeBackend,
+    backend: FakeBackend, jaeger: Jaeger
 ) -> None:
-    name = "vercel__fallback"
-    short = shapes.trace_id_of(name)[16:]
-    padded = "0" * 16 + short
-    original = [dataclasses.replace(s, trace_id=padded) for s in shapes.original_spans(name)]
-    body = shapes.jaeger_classic(original, short_ids=True)
-    assert body["data"][0]["spans"][0]["traceID"] == short
-    backend.routes[f"/api/traces/{padded}"] = Reply(body=json.dumps(body).encode())
+    original = short_id_spans(shapes.original_spans(SHORT_ID_OF))
+    padded = original[0].trace_id
+    short = padded[16:]
+    _classic_only(backend, jaeger, padded)
+    served = jaeger.trace(padded)
+    assert served is not None and served["spans"][0]["traceID"] == short  # Jaeger prints 16
 
     assert _fetch(backend, short) == shapes.expected_from_jaeger_classic(original)
+    assert _fetch(jaeger, short) == original  # api_v3 of the same trace
 
 
 def _classic_span(**overrides: object) -> dict[str, object]:
@@ -260,12 +275,14 @@ def test_classic_log_without_an_event_field_becomes_an_unnamed_event_with_its_fi
     ]
 
 
-def test_unknown_trace_is_one_line_naming_jaeger_and_its_url(backend: FakeBackend) -> None:
+def test_unknown_trace_is_one_line_naming_jaeger_and_its_url(
+    backend: FakeBackend, jaeger: Jaeger
+) -> None:
     tid = "0af7651916cd43dd8448eb211c80319c"
-    backend.routes[f"/api/traces/{tid}"] = Reply(
-        404,
-        json.dumps({"data": None, "errors": [{"code": 404, "msg": "trace not found"}]}).encode(),
-    )
+    with pytest.raises(TraceNotFoundError) as caught:
+        _fetch(jaeger, tid)
+    assert str(caught.value) == f"trace ID {tid} not found in jaeger at {jaeger.url}"
+    _classic_only(backend, jaeger, tid)  # the classic API's own not-found answer
     with pytest.raises(TraceNotFoundError) as caught:
         _fetch(backend, tid)
     assert str(caught.value) == f"trace ID {tid} not found in jaeger at {backend.url}"

@@ -1,5 +1,9 @@
 """Tempo: protobuf from `/api/traces/{id}`, else JSON (`batches`, base64 ids, enum names)
-from either route, against a local server answering in Tempo's documented shapes."""
+from either route, against a local server answering in Tempo's documented shapes.
+
+A fake, not the real Tempo, for every case here: Tempo is AGPL, and the project builds no
+AGPL program (docs/peers.md; Jaeger, Apache-2.0, is the real backend of
+tests/sources/test_jaeger.py). The shapes follow docs/jaeger-tempo-grafana.md."""
 
 from __future__ import annotations
 
