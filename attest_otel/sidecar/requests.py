@@ -206,6 +206,8 @@ class RequestPath:
         if problem is not None:
             self.stats.reject("malformed")
             return Outcome("malformed", f"not a valid OTLP ExportTraceServiceRequest: {problem}")
+        if self.wal is not None and self.wal.replayed_copy(data):
+            return OK  # routed already, from the buffer dir's replay (wal.py)
         groups: list[ScopeGroup] | None = None
         try:
             plain = self.plain(data)

@@ -80,8 +80,11 @@ class SignalPaths:
             return Outcome("full", f"{signal} forward queue full; retry later", self.retry_after_s)
         if self.wal is None:
             return -1
+        tagged = tag(signal, data)
+        if self.wal.replayed_copy(tagged):
+            return OK  # routed already, from the buffer dir's replay (wal.py)
         try:
-            return self.wal.append(tag(signal, data))
+            return self.wal.append(tagged)
         except OSError as e:
             self.stats.reject("buffer_dir_error")
             return Outcome(

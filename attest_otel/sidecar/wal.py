@@ -10,7 +10,10 @@ done in the segment's `.ack` file. A segment whose records are all done is delet
 
 On start, `open()` returns the records of earlier segments that were never marked done;
 the service routes them again as if they had just arrived. A `kill -9` therefore loses
-no acknowledged span; a span that was forwarded but not yet marked done is sent twice,
+no acknowledged span. A request on disk whose "OK" the kill cut off is replayed and also
+sent again by its sender: `replayed_copy` knows that retry by its bytes, and the receiver
+answers "OK" without routing it twice (docs/peers.md, "The fleet"). A span forwarded but
+not yet marked done (between the next hop's answer and the mark) is still sent twice,
 which OTLP accepts ("duplicates on retry are an accepted trade-off").
 
 Record layout: `<u32 length><u32 crc32><u64 record id>` then the bytes. A torn last record
@@ -42,11 +45,14 @@ new one), so a full disk never leaves a record behind that would end a later rep
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import struct
 import threading
+import time
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +67,9 @@ _HEADER = struct.Struct("<IIQ")
 _ACK = struct.Struct("<Q")
 _SEGMENT_SHIFT = 32
 _BLOCK = 4096
+REPLAY_MATCH_S = 900.0
+"""How long after a start retries are matched against the replayed requests: past the
+senders' retry windows (300 s in collector-config/loadbalancing.yaml)."""
 
 
 class BufferDirError(OSError):
@@ -122,6 +131,10 @@ class DurableLog:
         self.records_written = 0
         self.fsyncs = 0
         self.write_errors = 0
+        self._replayed: dict[bytes, int] = {}  # digest of a replayed record -> its length
+        self._replayed_sizes: Counter[int] = Counter()  # lengths of those, counted
+        self._replayed_until, self.replayed_copies = 0.0, 0
+        self._copy_logged = Throttled(log, logging.INFO)
 
     # --- start-up --------------------------------------------------------------------------
 
@@ -179,7 +192,34 @@ class DurableLog:
         self._rotate(last_seq + 1)
         if pending:
             log.info("buffer-dir: replaying %d request(s) from %s", len(pending), self.dir)
+            self._replayed = {_digest(data): len(data) for _rid, data in pending}
+            self._replayed_sizes = Counter(self._replayed.values())
+            self._replayed_until = time.monotonic() + REPLAY_MATCH_S
         return pending
+
+    def replayed_copy(self, data: bytes) -> bool:
+        """True, once, for a request byte for byte the same as a record this start replayed:
+        the sender's retry of a request whose answer the crash cut off. The caller answers
+        "OK" and does not route it again (it was, from the replay). A dict lookup per request
+        while no replayed record has its length. `data` as `append` would be given it."""
+        if len(data) not in self._replayed_sizes:
+            return False
+        with self._lock:
+            if time.monotonic() > self._replayed_until:
+                self._replayed, self._replayed_sizes = {}, Counter()
+                return False
+            if self._replayed.pop(_digest(data), None) is None:
+                return False
+            if self._replayed_sizes[len(data)] > 1:
+                self._replayed_sizes[len(data)] -= 1
+            else:
+                del self._replayed_sizes[len(data)]
+            self.replayed_copies += 1
+        self._copy_logged(
+            "buffer-dir: a retried request is one replayed from the buffer dir; "
+            "acknowledged without routing it again"
+        )
+        return True
 
     @staticmethod
     def _read_acks(path: Path) -> set[int]:
@@ -533,6 +573,10 @@ def _next_record(raw: bytes, pos: int, seq: int | None) -> int:
             return start
         at = raw.find(tag, at + 1)
     return -1
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -1,9 +1,15 @@
 """The fleet for real: three `attest-otel serve` processes behind the Collector's own
 load_balancing exporter (collector-config/loadbalancing.yaml: static resolver, routing_key
-traceID), sharing one PostgreSQL store. One sidecar is killed with `kill -9` under load and
-restarted on its --buffer-dir. Every span the Collector acknowledged reaches the end (at
-least once: the victim's replay may deliver some of its share twice), every run is graded
-once, and `report` over the store says what `grade --file` says.
+traceID, its queue and retry), sharing one PostgreSQL store. One sidecar is killed with
+`kill -9` under load and restarted on its --buffer-dir. Every span the Collector
+acknowledged reaches the end exactly once (counted by span id at the next hop), every run
+is graded once, and `report` over the store says what `grade --file` says.
+
+Exactly once, though the victim replays what it had on disk and the exporter sends again
+what the kill left unanswered: the retry of a request the victim had already written is
+known by its bytes and not routed twice (attest_otel/sidecar/wal.py, `replayed_copy`). A
+span forwarded in the moment between the next hop's answer and its done mark would still
+come twice (wal.py says so); no run of this test has hit that moment (docs/peers.md).
 """
 
 from __future__ import annotations
@@ -74,15 +80,11 @@ def test_three_sidecars_behind_the_real_load_balancing_exporter_one_killed(
         time.sleep(1.0)  # nothing more arrives: no run graded twice, no span twice
         # The sidecars' own `attest.grade` spans (a run without a span to annotate) aside:
         arrived = Counter(s.span_id.hex() for s in downstream.spans() if s.name != "attest.grade")
-        assert set(arrived) == set(acknowledged)  # nothing acknowledged is lost
-        # At least once, not exactly once: a request the victim had taken into its buffer
-        # (or forwarded) before the kill, but not yet marked delivered, is replayed on the
-        # restart, and the exporter re-sends what was not answered. Only the victim's share
-        # can come twice, never more.
-        twice = [s for s, n in arrived.items() if n > 1]
-        assert max(arrived.values()) <= 2
-        assert not twice or "replaying" in victim.log()
-        assert len(twice) < len(acknowledged) / 3
+        assert len(set(acknowledged)) == len(acknowledged)  # the fixtures' span ids are unique
+        assert set(arrived) == set(acknowledged)  # nothing acknowledged is lost, nothing added
+        twice = {s: n for s, n in arrived.items() if n > 1}
+        assert not twice, f"{len(twice)} span(s) arrived more than once: {twice}\n{logs()}"
+        assert "replaying" in victim.log()  # the kill left work on disk: the case is exercised
         assert _stored(url) == expected
         report = _report(url)
         want: dict[str, list[int]] = {}

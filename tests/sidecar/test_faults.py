@@ -29,7 +29,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 from attest_otel.sidecar import wal as wal_module
 from attest_otel.sidecar.wal import BufferDirError, DurableLog
 from tests.sidecar.downstream import Downstream
-from tests.sidecar.helpers import Sidecar, agent_run, plain_request, provider
+from tests.sidecar.helpers import REPO, Sidecar, agent_run, plain_request, provider
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -151,6 +151,53 @@ def test_sidecar_restarted_on_a_corrupt_buffer_dir_replays_the_rest(
     lost = span_ids(good[5]) - set(downstream.span_ids())
     assert lost == span_ids(good[5])  # the damaged one, and only it, is not replayed
     assert collections.Counter(downstream.span_ids()).most_common(1)[0][1] == 1
+
+
+def test_a_retry_of_a_request_the_crash_left_unanswered_is_routed_once(
+    sidecar: Sidecar, downstream: Downstream, tmp_path: Path
+) -> None:
+    """`kill -9` after the fsync, before the "OK": the request is replayed at the restart and
+    its sender, which never heard "OK", sends it again. The sidecar knows the retry by its
+    bytes (wal.replayed_copy), answers "OK", and each span reaches the next hop once: a
+    GenAI trace's spans are not forwarded again as late spans after its grade, nor a plain
+    request's twice; a metrics request (kept tagged with its signal) is passed on once."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+
+    from attest_otel.sidecar.log_wire import METRICS, tag
+    from tests.sidecar.test_wire import _fixture_requests
+
+    d = tmp_path / "buffer"
+    genai = _fixture_requests(REPO / "tests" / "fixtures" / "traces" / "vercel__fallback.json")
+    sent = [*genai, plain_pb(77)]
+    metrics = ExportMetricsServiceRequest()
+    metrics.resource_metrics.add().scope_metrics.add().metrics.add(name="queue.depth")
+    metric_bytes = metrics.SerializeToString()
+    _write_segments(d, [[*sent, tag(METRICS, metric_bytes)]])
+    sidecar.extra_args = ["--buffer-dir", str(d)]
+    sidecar.start()
+    wanted = set().union(*(span_ids(r) for r in sent))
+    assert downstream.wait_spans(wanted), sidecar.log()
+    assert downstream.wait_for(lambda ds: len(ds.requests["metrics"]) == 1), sidecar.log()
+    other = plain_pb(78)
+    with grpc.insecure_channel(sidecar.grpc_endpoint) as channel:
+        export = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+        for body in sent:  # the sender's retries, after the replay has forwarded them
+            export(body, timeout=10)
+        channel.unary_unary(
+            "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+            request_serializer=None,
+            response_deserializer=None,
+        )(metric_bytes, timeout=10)
+        export(other, timeout=10)  # a new request still goes through
+    assert downstream.wait_spans(span_ids(other)), sidecar.log()
+    time.sleep(1.0)  # a span routed twice would arrive by now (grace 0.3 s)
+    counts = collections.Counter(downstream.span_ids())
+    assert {s: counts[s] for s in wanted} == dict.fromkeys(wanted, 1)
+    assert downstream.requests["metrics"] == [metric_bytes]
+    assert sidecar.terminate() == 0
+    assert "acknowledged without routing it again" in sidecar.log()
 
 
 # --- a disk that fills --------------------------------------------------------------------------

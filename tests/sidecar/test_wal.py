@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from attest_otel.sidecar import wal as wal_module
 from attest_otel.sidecar.wal import DurableLog
 
 
@@ -110,3 +111,29 @@ def test_a_full_disk_logs_one_warning_per_interval_with_a_count(
     log.release([rids[1000]])
     lines = [r.getMessage() for r in caplog.records if "cannot mark" in r.getMessage()]
     assert len(lines) == 2 and "1000 time(s) since the last such line, 1001 in all" in lines[1]
+
+
+def test_a_replayed_request_sent_again_is_known_once_by_its_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = DurableLog(tmp_path)
+    log.open()
+    assert not log.replayed_copy(b"one")  # nothing replayed: nothing matches
+    log.append(b"one")
+    log.append(b"two")
+    # no close(): the process dies before either request was answered
+    again = DurableLog(tmp_path)
+    assert [d for _, d in again.open()] == [b"one", b"two"]
+    assert not again.replayed_copy(b"thr")  # same length, other bytes
+    assert again.replayed_copy(b"one")
+    assert not again.replayed_copy(b"one")  # once: a third copy is the sender's own
+    assert again.replayed_copy(b"two")
+    assert again.replayed_copies == 2
+
+    monkeypatch.setattr(wal_module, "REPLAY_MATCH_S", -1.0)  # the senders' retry window over
+    late = DurableLog(tmp_path / "late")
+    late.open()
+    late.append(b"one")
+    past = DurableLog(tmp_path / "late")
+    assert [d for _, d in past.open()] == [b"one"]
+    assert not past.replayed_copy(b"one")
