@@ -96,7 +96,7 @@ class JaegerSource:
         """The trace from api_v3, or None when this Jaeger has no api_v3 (or no such trace:
         the classic API then gets the last word, and the error message)."""
         r = self._http.get(join_url(self.location, "api/v3/traces", tid), accept="application/json")
-        if r.status in _V3_ABSENT_STATUSES or (r.status == 200 and not r.is_json):
+        if r.status in _V3_ABSENT_STATUSES or (r.status == 200 and not _json_body(r)):
             if r.status == 404 and _v3_error(r) is not None:
                 raise self._not_found(tid)
             _log.debug("jaeger api_v3 not available at %s (HTTP %d)", self.location, r.status)
@@ -285,8 +285,15 @@ def _json_documents(body: bytes) -> list[Any]:
         out.append(document)
 
 
+def _json_body(r: Response) -> bool:
+    """Jaeger v2's api_v3 labels its JSON `text/plain` (v1.76.0 / v2.13.0, answers and
+    errors alike): a body that opens as a JSON object counts as JSON whatever its label;
+    the UI's HTML page, answering a Jaeger without api_v3, does not."""
+    return r.is_json or r.body.lstrip()[:1] == b"{"
+
+
 def _v3_error(r: Response) -> dict[str, Any] | None:
-    if not r.is_json:
+    if not _json_body(r):
         return None
     try:
         body = json.loads(r.body)
