@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +12,8 @@ from attest_otel.cli.common import (
     Warnings,
     config_option,
     exit_for,
+    fewer_collections,
+    json_document,
     json_option,
     model_options,
     status,
@@ -140,6 +141,7 @@ def grade(
     from attest_otel.pipeline import Reading, grade_traces
     from attest_otel.policy import Policy, load_policy
 
+    fewer_collections()
     if file is not None and (trace_id is not None or since_s is not None):
         other = "--trace-id" if trace_id is not None else "--since"
         raise UsageError(
@@ -230,7 +232,7 @@ def _print_traces(graded: Sequence[GradedTrace], as_json: bool) -> None:
 
     if as_json:
         out = {"traces": [render.trace_json(g) for g in graded]}
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        click.echo(json_document(out))
         return
     for g in graded:
         click.echo(render.trace_block(g))

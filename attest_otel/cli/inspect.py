@@ -8,7 +8,6 @@ the trace exactly as `grade` does, policy and declared dialects included, and gr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -18,7 +17,7 @@ import click
 
 from attest_otel.adapt import TraceRuns
 from attest_otel.adapt.explain import SpanReading, gaps
-from attest_otel.cli.common import config_option
+from attest_otel.cli.common import config_option, fewer_collections, json_document
 from attest_otel.cli.sources import load_trace, trace_source_options
 from attest_otel.errors import UsageError
 from attest_otel.terminal import printable
@@ -56,6 +55,7 @@ def inspect(
     from attest_otel.pipeline import Reading, read
     from attest_otel.policy import Policy, load_policy
 
+    fewer_collections()
     if (file is None) == (trace_id is None):
         raise UsageError("inspect takes --file PATH or --trace-id ID (they exclude each other)")
     if since_s is not None:
@@ -80,7 +80,7 @@ def inspect(
         raise UsageError("no spans in the input")
     if as_json:  # one document for the whole input, as `grade --json` prints
         out = {"traces": [_as_dict(trace) for trace in traces]}
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        click.echo(json_document(out))
         return
     for trace in traces:
         # Span names and content are the sender's: shown, never sent to the terminal.
