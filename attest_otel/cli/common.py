@@ -147,6 +147,20 @@ def json_document(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+def json_documents(key: str, items: Sequence[str]) -> str:
+    """`json_document({key: [...]})` from the items' `json_item` texts: a command that
+    renders each trace once it is read need not hold them all to print one document."""
+    if not items:
+        return json_document({key: []})
+    return "{\n  " + json.dumps(key) + ": [\n" + ",\n".join(items) + "\n  ]\n}"
+
+
+def json_item(value: Any) -> str:
+    """The lines `json_document` gives `value` as an item of `json_documents`: the same,
+    two levels deeper (a JSON string holds no raw newline)."""
+    return "    " + json_document(value).replace("\n", "\n    ")
+
+
 _PLAIN = frozenset((str, int, bool, type(None)))
 
 

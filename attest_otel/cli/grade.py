@@ -13,7 +13,8 @@ from attest_otel.cli.common import (
     config_option,
     exit_for,
     fewer_collections,
-    json_document,
+    json_documents,
+    json_item,
     json_option,
     model_options,
     status,
@@ -246,10 +247,7 @@ class _Output:
         from attest_otel.cli import render
 
         if self.as_json:
-            # The text `json_document({"traces": [...]})` gives this trace: the same lines,
-            # two levels deeper (a JSON string holds no raw newline).
-            text = json_document(render.trace_json(graded))
-            self.blocks.append("    " + text.replace("\n", "\n    "))
+            self.blocks.append(json_item(render.trace_json(graded)))
         else:
             self.blocks.append(render.trace_block(graded))
         self.results += graded.results
@@ -262,10 +260,7 @@ class _Output:
         from attest_otel.cli import render
 
         if self.as_json:
-            inner = ",\n".join(self.blocks)
-            click.echo(
-                '{\n  "traces": [\n' + inner + "\n  ]\n}" if inner else '{\n  "traces": []\n}'
-            )
+            click.echo(json_documents("traces", self.blocks))
             return
         for block in self.blocks:
             click.echo(block)

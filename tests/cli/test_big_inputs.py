@@ -110,12 +110,18 @@ def _big_file(path: Path, mib: int) -> None:
             f.write(copy + b"\n")
 
 
-def test_grading_a_big_file_holds_a_bounded_part_of_it(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("big") / "big.jsonl"
+    _big_file(path, 50)
+    return path
+
+
+@pytest.mark.parametrize("command", ["grade", "inspect"])
+def test_reading_a_big_file_holds_a_bounded_part_of_it(command: str, big: Path) -> None:
     # Decoding the whole file at once held about 6 times its size (docs/measurements.md,
     # "Big files"); a trace at a time, what it holds does not grow with the file.
-    big = tmp_path / "big.jsonl"
-    _big_file(big, 50)
     size_mib = big.stat().st_size / 2**20
-    small = _peak_mib("grade", "--file", str(TRACES / "strands__fallback.json"))
-    peak = _peak_mib("grade", "--file", str(big))
+    small = _peak_mib(command, "--file", str(TRACES / "strands__fallback.json"))
+    peak = _peak_mib(command, "--file", str(big))
     assert peak - small < 2 * size_mib, (peak, small, size_mib)
