@@ -33,6 +33,7 @@ from typing import IO, Any
 
 from attest_otel.errors import InputError
 from attest_otel.ingest import decode, otlp_json
+from attest_otel.ingest.candidate import is_genai_candidate
 from attest_otel.ingest.decode import (
     DEFAULT_MAX_ATTRIBUTE_CHARS,
     DEFAULT_MAX_INFLATED_BYTES,
@@ -307,7 +308,14 @@ class ByTrace:
         if held is not None:
             spans += held[0]
             logs += held[1]
-        return Decoded(spans=spans, logs=logs, span_count=len(spans), log_count=len(logs))
+        genai = sum(1 for s in spans if is_genai_candidate(s.name, s.attributes, s.scope_name))
+        return Decoded(
+            spans=spans,
+            logs=logs,
+            span_count=len(spans),
+            genai_span_count=genai,
+            log_count=len(logs),
+        )
 
     def _add(self, request: Decoded) -> None:
         held = self._held
@@ -320,8 +328,6 @@ class ByTrace:
             if tid not in self._order:
                 self._order[tid] = None
         for record in request.logs:
-            if not record.span_id:
-                continue  # a record not tied to a span joins no run (`adapt.runs`)
             bucket = held.get(record.trace_id)
             if bucket is None:
                 held[record.trace_id] = bucket = ([], [])

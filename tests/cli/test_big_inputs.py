@@ -117,11 +117,20 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("command", ["grade", "inspect"])
-def test_reading_a_big_file_holds_a_bounded_part_of_it(command: str, big: Path) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["grade", "--file"],
+        ["inspect", "--file"],
+        ["grade", "--since", "10000w", "--from"],  # the file: source, one trace at a time
+    ],
+    ids=["grade", "inspect", "grade-since"],
+)
+def test_reading_a_big_file_holds_a_bounded_part_of_it(argv: list[str], big: Path) -> None:
     # Decoding the whole file at once held about 6 times its size (docs/measurements.md,
     # "Big files"); a trace at a time, what it holds does not grow with the file.
     size_mib = big.stat().st_size / 2**20
-    small = _peak_mib(command, "--file", str(TRACES / "strands__fallback.json"))
-    peak = _peak_mib(command, "--file", str(big))
+    prefix = "file:" if argv[-1] == "--from" else ""
+    small = _peak_mib(*argv, prefix + str(TRACES / "strands__fallback.json"))
+    peak = _peak_mib(*argv, prefix + str(big))
     assert peak - small < 2 * size_mib, (peak, small, size_mib)
