@@ -118,9 +118,10 @@ def fewer_collections() -> None:
     """Collect cyclic garbage less often for the rest of this process (a one-shot command).
 
     Decoding a big file makes millions of objects that live until the command ends, and
-    with CPython's default of a collection every 700 allocations the collector walked them
-    over and over: 40 % of the CPU of `grade` on a 30,000-call trace (docs/measurements.md,
-    "Big traces"). What the rarer collections leave waiting is at most this many objects."""
+    with CPython's default of a collection every 700 allocations the collector walks them
+    over and over: on a 30,000-call trace that was a large share of `grade`'s CPU
+    (docs/measurements.md, "Big traces"). What the rarer collections leave waiting is at
+    most `GC_THRESHOLD0` objects."""
     import gc
 
     _, older, oldest = gc.get_threshold()
@@ -131,12 +132,12 @@ def json_document(value: Any) -> str:
     """`json.dumps(value, indent=2, ensure_ascii=False)`, the text every `--json` prints,
     written by orjson when that gives the same text.
 
-    The pure-Python encoder that `indent` forces took 40 % of `grade --json` on a 30,000-call
-    trace (docs/measurements.md, "Big traces"). orjson writes the same text for plain
-    JSON values except floats: `1e-05` comes out `0.00001`, and NaN or infinity `null`.
-    So a value holding such a float, or anything but dicts with str keys, lists, str, int,
-    float, bool and None, is written by `json` as before, and so is any value orjson
-    refuses (a lone surrogate, an int beyond 64 bits)."""
+    `indent` makes `json` use its pure-Python encoder, many times slower than orjson on
+    the output of a big trace (docs/measurements.md, "Big traces"). orjson writes the same
+    text for plain JSON values except floats: `1e-05` comes out `0.00001`, and NaN or
+    infinity `null`. So a value holding such a float, or anything but dicts, lists, str,
+    int, float, bool and None, is written by `json` as before, and so is any value orjson
+    refuses (a key that is not a str, a lone surrogate, an int beyond 64 bits)."""
     if _plain(value):
         import orjson
 
@@ -171,9 +172,7 @@ def _plain(value: Any) -> bool:
     while stack:
         item = pop()
         kind = type(item)
-        if kind is dict:
-            if not all(type(k) is str for k in item):
-                return False
+        if kind is dict:  # orjson refuses a key that is not a str: `json` writes it
             push(item.values())
         elif kind is list or kind is tuple:
             push(item)
