@@ -78,6 +78,19 @@ def iter_file(
             head = file.read(_PEEK)
         except OSError as exc:
             raise InputError(source, f"cannot read: {exc.strerror or exc}") from None
+        if not file.seekable():  # a pipe (`--file <(zcat ...)`): read whole, as before
+            try:
+                data = head + file.read()
+            except OSError as exc:
+                raise InputError(source, f"cannot read: {exc.strerror or exc}") from None
+            yield decode.decode_bytes(
+                data,
+                source=source,
+                max_inflated_bytes=max_inflated_bytes,
+                lazy=lazy,
+                max_attribute_chars=max_attribute_chars,
+            )
+            return
         kind = _sniff(head)
         file.seek(0)
         cut = _Cut(source, max_attribute_chars)

@@ -4,7 +4,9 @@ each trace what `decode_file` gives it, in the same order, and the same errors."
 from __future__ import annotations
 
 import json
+import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,17 @@ def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
 def test_an_unknown_trace_id_has_no_spans(tmp_path: Path) -> None:
     with ByTrace.of_file(_interleaved(tmp_path), hold=1) as traces:
         assert traces.trace("0" * 32).spans == []
+
+
+def test_a_pipe_is_read_whole_as_before(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    body = _interleaved(tmp_path).read_bytes()
+    writer = threading.Thread(target=fifo.write_bytes, args=(body,))
+    writer.start()
+    try:
+        with ByTrace.of_file(fifo) as traces:
+            (tmp_path / "copy.jsonl").write_bytes(body)
+            _same(traces, decode_file(tmp_path / "copy.jsonl"))
+    finally:
+        writer.join()
