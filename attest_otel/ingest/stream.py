@@ -14,19 +14,22 @@ back, one trace at a time, in order of first appearance when the file has been r
 trace so gets exactly the spans and log records it would get from `decode_file`, in the same
 order.
 
-Formats that cannot be read a request at a time (one JSON document, concatenated or
-pretty-printed documents, a single protobuf message) and gzip are decoded whole, as before;
-so is any file whose start leaves the format in doubt (see `_sniff`). Errors are the same
+Gzip is inflated as it is read (`Inflate`). Formats that cannot be read a request at a time
+(one JSON document, concatenated or pretty-printed documents, a single protobuf message) are
+decoded whole, as before; so is any file whose start leaves the format in doubt (see
+`_sniff`), and a file that cannot seek (a pipe). Errors are the same
 one-line `InputError`s as `decode_file` gives, with the line or message number. A file
-broken in two ways may name a different one of its faults first: `decode_file` checks the
-whole file is UTF-8 before it parses a line, this reads line by line.
+broken in two ways may name a different one of its faults first: `decode_file` inflates the
+whole file and checks it is UTF-8 before it parses a line; this reads line by line.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import pickle
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from os import PathLike
 from typing import IO, Any
@@ -39,7 +42,7 @@ from attest_otel.ingest.decode import (
     DEFAULT_MAX_INFLATED_BYTES,
     Decoded,
 )
-from attest_otel.ingest.gzip import GZIP_MAGIC
+from attest_otel.ingest.gzip import GZIP_MAGIC, InflatesTooFar
 from attest_otel.ingest.sanitize import (
     json_problem,
     may_hold_lone_surrogates,
@@ -56,6 +59,10 @@ DEFAULT_HOLD = 20_000
 """Spans and log records `ByTrace` holds in memory before it writes traces to disk."""
 
 _PEEK = 64 * 1024
+_OUT = 1024 * 1024
+"""Inflated bytes asked of `Inflate` at a time: more than a slice of input (`_MAX_IN`)
+usually inflates to, so zlib seldom keeps an unconsumed tail to copy again."""
+_FIRST_IN, _MAX_IN = 1024, 64 * 1024
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -91,13 +98,17 @@ def iter_file(
                 max_attribute_chars=max_attribute_chars,
             )
             return
-        kind = _sniff(head)
         file.seek(0)
+        reader: IO[bytes] = file
+        if head[:2] == GZIP_MAGIC:
+            reader = io.BufferedReader(Inflate(file, source, max_inflated_bytes), _OUT)
+            head = reader.peek(_PEEK)
+        kind = _sniff(head)
         cut = _Cut(source, max_attribute_chars)
         if kind == "lines":
-            requests = _json_lines(file, source, lazy, cut)
+            requests = _json_lines(reader, source, lazy, cut)
         elif kind == "prefixed":
-            requests = _prefixed(file, source, lazy, cut)
+            requests = _prefixed(reader, source, lazy, cut)
         else:
             requests = iter(
                 (
@@ -119,7 +130,7 @@ def iter_file(
 def _sniff(head: bytes) -> str:
     """ "lines" (JSON that starts with `{` or `[`), "prefixed" (length-prefixed protobuf)
     or "whole". Whether JSON is JSON lines is settled by its first line (`_json_lines`)."""
-    if head[:2] == GZIP_MAGIC or not head:
+    if not head:
         return "whole"
     body = head[3:] if head.startswith(_BOM) else head
     if body[:1] in (b"{", b"["):
@@ -164,7 +175,6 @@ def _json_lines(file: IO[bytes], source: str, lazy: bool, cut: _Cut) -> Iterator
     try:
         document = _first_document(first[2])
     except _Whole:
-        file.seek(0)
         yield decode.decode_file(source, lazy=lazy, max_attribute_chars=cut.limit)
         return
     second = next(lines, None)
@@ -251,6 +261,82 @@ def _prefixed(file: IO[bytes], source: str, lazy: bool, cut: _Cut) -> Iterator[D
         cut(out, len(data))
         yield out
         pos += 4 + length
+
+
+class Inflate(io.RawIOBase):
+    """The inflated bytes of a gzip file, read as they are asked for, with `gzip.gunzip`'s
+    bound (`max_inflated_bytes`) and its errors, word for word.
+
+    Several members are read one after the other, trailing zero bytes allowed. Each member
+    is fed in slices growing from 1 KiB to 64 KiB, as `gunzip` feeds it, so that many tiny
+    members cost linear time (zlib copies what follows a member's end)."""
+
+    def __init__(self, file: IO[bytes], source: str, limit: int) -> None:
+        super().__init__()
+        self._file, self._source, self._limit = file, source, limit
+        self._buf, self._pos, self._total = b"", 0, 0
+        self._inflater: Any = None
+        self._slice = _FIRST_IN
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        out = self._inflate(len(buffer))
+        buffer[: len(out)] = out
+        return len(out)
+
+    def _fill(self, need: int) -> bool:
+        """At least `need` unread input bytes in the buffer, if the file has them."""
+        while len(self._buf) - self._pos < need:
+            more = self._file.read(_MAX_IN)
+            if not more:
+                return False
+            self._buf, self._pos = self._buf[self._pos :] + more, 0
+        return True
+
+    def _inflate(self, size: int) -> bytes:
+        while not self._done:
+            if self._inflater is None and not self._next_member():
+                break
+            if not self._fill(1):
+                raise InputError(self._source, "truncated gzip data")
+            piece = memoryview(self._buf)[self._pos : self._pos + self._slice]
+            inflater = self._inflater
+            try:
+                out: bytes = inflater.decompress(piece, min(size, self._limit - self._total + 1))
+            except zlib.error as exc:
+                raise InputError(self._source, f"invalid gzip data: {exc}") from None
+            self._total += len(out)
+            if self._total > self._limit:
+                raise InflatesTooFar(
+                    self._source,
+                    f"gzip data inflates to more than {self._limit} bytes (max_inflated_bytes)",
+                )
+            self._pos += len(piece) - len(inflater.unconsumed_tail) - len(inflater.unused_data)
+            self._slice = min(self._slice * 2, _MAX_IN)
+            if inflater.eof:
+                self._inflater = None
+            if out:
+                return out
+        return b""
+
+    def _next_member(self) -> bool:
+        self._fill(2)
+        if self._buf[self._pos : self._pos + 2] != GZIP_MAGIC:
+            rest = self._buf[self._pos :]
+            while True:  # zero bytes may pad the end, nothing else
+                if rest.strip(b"\x00"):
+                    raise InputError(self._source, "unexpected bytes after the gzip data")
+                rest = self._file.read(_MAX_IN)
+                if not rest:
+                    break
+            self._done = True
+            return False
+        self._inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        self._slice = _FIRST_IN
+        return True
 
 
 class ByTrace:

@@ -3,10 +3,12 @@ each trace what `decode_file` gives it, in the same order, and the same errors."
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,47 @@ def test_a_pipe_is_read_whole_as_before(tmp_path: Path) -> None:
             _same(traces, decode_file(tmp_path / "copy.jsonl"))
     finally:
         writer.join()
+
+
+def test_gzip_json_lines_are_inflated_as_they_are_read(tmp_path: Path) -> None:
+    body = _interleaved(tmp_path).read_bytes()
+    half = body.index(b"\n", len(body) // 2) + 1
+    path = tmp_path / "all.jsonl.gz"  # two members, as a Collector concatenates them
+    path.write_bytes(gzip.compress(body[:half]) + gzip.compress(body[half:]) + b"\0\0")
+    lines = sum(1 for line in body.splitlines() if line.strip())
+    assert sum(1 for _ in iter_file(path)) == lines
+    with ByTrace.of_file(path, hold=50) as traces:
+        assert traces.spilled
+        _same(traces, decode_file(path))
+
+
+@pytest.mark.parametrize("limit", [10**9, 5000])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda z: z[: len(z) // 2],  # truncated
+        lambda z: z[:20] + bytes(b ^ 0x55 for b in z[20:40]) + z[40:],  # corrupt
+        lambda z: z + b"trailing",
+        lambda z: z,  # sound: only the limit can refuse it
+    ],
+    ids=["truncated", "corrupt", "trailing", "sound"],
+)
+def test_gzip_errors_are_the_ones_decode_file_gives(
+    tmp_path: Path, damage: Callable[[bytes], bytes], limit: int
+) -> None:
+    lines = b'{"resourceSpans": []}\n' * 2000
+    path = tmp_path / "bad.gz"
+    path.write_bytes(damage(gzip.compress(lines)))
+    try:
+        decode_file(path, max_inflated_bytes=limit)
+    except InputError as exc:
+        expected: str | None = str(exc)
+    else:
+        expected = None
+    try:
+        list(iter_file(path, max_inflated_bytes=limit))
+    except InputError as exc:
+        got: str | None = str(exc)
+    else:
+        got = None
+    assert got == expected
