@@ -30,7 +30,7 @@ import logging
 import pickle
 import tempfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from os import PathLike
 from typing import IO, Any
 
@@ -105,21 +105,21 @@ def iter_file(
             head = reader.peek(_PEEK)
         kind = _sniff(head)
         cut = _Cut(source, max_attribute_chars)
+
+        def whole() -> Iterator[Decoded]:
+            yield decode.decode_file(
+                path,
+                max_inflated_bytes=max_inflated_bytes,
+                lazy=lazy,
+                max_attribute_chars=max_attribute_chars,
+            )
+
         if kind == "lines":
-            requests = _json_lines(reader, source, lazy, cut)
+            requests = _json_lines(reader, source, lazy, cut, whole)
         elif kind == "prefixed":
             requests = _prefixed(reader, source, lazy, cut)
         else:
-            requests = iter(
-                (
-                    decode.decode_file(
-                        path,
-                        max_inflated_bytes=max_inflated_bytes,
-                        lazy=lazy,
-                        max_attribute_chars=max_attribute_chars,
-                    ),
-                )
-            )
+            requests = whole()
         try:
             yield from requests
         except OSError as exc:
@@ -167,7 +167,13 @@ class _Whole(Exception):
     """The first line is not a JSON document of its own: not JSON lines."""
 
 
-def _json_lines(file: IO[bytes], source: str, lazy: bool, cut: _Cut) -> Iterator[Decoded]:
+def _json_lines(
+    file: IO[bytes],
+    source: str,
+    lazy: bool,
+    cut: _Cut,
+    whole: Callable[[], Iterator[Decoded]],
+) -> Iterator[Decoded]:
     lines = _lines(file, source)
     first = next(lines, None)
     if first is None:
@@ -175,7 +181,7 @@ def _json_lines(file: IO[bytes], source: str, lazy: bool, cut: _Cut) -> Iterator
     try:
         document = _first_document(first[2])
     except _Whole:
-        yield decode.decode_file(source, lazy=lazy, max_attribute_chars=cut.limit)
+        yield from whole()
         return
     second = next(lines, None)
     # One document alone in the file: `decode_file` names no line in its errors.

@@ -192,3 +192,11 @@ def test_gzip_errors_are_the_ones_decode_file_gives(
     else:
         got = None
     assert got == expected
+
+
+def test_gzip_that_is_not_json_lines_keeps_the_callers_bound(tmp_path: Path) -> None:
+    pretty = json.dumps({"resourceSpans": []}, indent=2).encode() + b"\n"
+    path = tmp_path / "pretty.json.gz"
+    path.write_bytes(gzip.compress(pretty * (3 * 2**20 // len(pretty))))  # 3 MiB inflated
+    with pytest.raises(InputError, match="inflates to more than 2097152 bytes"):
+        list(iter_file(path, max_inflated_bytes=2 * 2**20))  # past what is read to sniff
