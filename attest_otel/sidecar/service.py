@@ -333,7 +333,12 @@ class Service:
     def _add_grader_api(self, server: Any) -> None:
 
         grader_pb2_grpc.add_GraderServicer_to_server(  # type: ignore[no-untyped-call]
-            GraderApi(self, self.config.receivers.grader_workers), server
+            GraderApi(
+                self,
+                self.config.receivers.grader_workers,
+                self.config.receivers.grpc_max_recv_bytes,
+            ),
+            server,
         )
 
     def _submit(self, traces: list[HeldTrace]) -> None:
