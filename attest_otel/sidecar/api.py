@@ -99,7 +99,7 @@ class GraderApi:
                 f"the {MAX_REPLY_BYTES}-byte answer limit; grade it with `attest-otel grade "
                 "--file` instead",
             )
-        result = grader.grade_run(run)
+        result = grader.grade_run_bounded(run)
         reply = json_format.ParseDict(
             result.to_dict(), result_pb2.CheckResult(), ignore_unknown_fields=True
         )
