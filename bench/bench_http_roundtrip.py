@@ -26,10 +26,10 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_decode import make_request  # noqa: E402
+from bench_decode import make_request
 
-from attest_otel.sidecar.http_receiver import HttpReceiver  # noqa: E402
-from attest_otel.sidecar.receivers import OK, Outcome  # noqa: E402
+from attest_otel.sidecar.http_receiver import HttpReceiver
+from attest_otel.sidecar.receivers import OK, Outcome
 
 
 def _accept(body: bytes) -> Outcome:
