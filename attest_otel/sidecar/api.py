@@ -91,7 +91,8 @@ class GraderApi:
         if grader is None:
             context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is starting")
             raise AssertionError("abort raises")
-        bound = reply_bound(run, model=grader.gate is not None)
+        gate = grader.gate
+        bound = reply_bound(run, model_reasons=0 if gate is None else 2 if gate.appropriate else 1)
         if bound > MAX_REPLY_BYTES:
             context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -193,28 +194,28 @@ _FINDING_BYTES = 512
 step, and the metadata keys and their small values."""
 _MODEL_REASON_BYTES = 4 * 1024
 """One model reason (`grade.llm` asks for at most 512 tokens: 8 bytes a token); a call may
-carry two. A longer one is caught after grading, by the answer's own size."""
+carry two (the answer check, and the tool-choice check when `appropriate` is on). A longer
+one is caught after grading, by the answer's own size."""
 
 
 def _calls(run: Run) -> int:
     return sum(1 for step in run.steps if step.tool_call is not None)
 
 
-def reply_bound(run: Run, *, model: bool) -> int:
+def reply_bound(run: Run, *, model_reasons: int) -> int:
     """The most bytes `GradeRun`'s answer for `run` can take, known before grading.
 
     A finding per call; its subject is the tool's name, its reasons name the tool, a
     fallback, a retry step and the allowed tools (`grade.rules`), its evidence is at most
     `EVIDENCE_CHARS` characters of the output (4 bytes each in UTF-8), and with model checks
-    a call may carry the answer and the tool-choice reasons. The summary names every call.
+    a call may carry `model_reasons` reasons from the model. The summary names every call.
     Each text is counted at its most (UTF-8 bytes, a protobuf length prefix).
     """
     names = [len(step.tool_call.name.encode()) for step in run.steps if step.tool_call]
     longest = max(names, default=0)
     allowed = sum(len(name.encode()) + 2 for name in run.allowed_tools or ())
     per_call = _FINDING_BYTES + longest + allowed + 4 * EVIDENCE_CHARS
-    if model:
-        per_call += 2 * _MODEL_REASON_BYTES
+    per_call += model_reasons * _MODEL_REASON_BYTES
     return _RESULT_BYTES + sum(per_call + 4 * name for name in names)
 
 

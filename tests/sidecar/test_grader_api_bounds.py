@@ -74,8 +74,8 @@ def _hostile_runs() -> list[Run]:
     return runs
 
 
-def _reply_bytes(run: Run, judge: object | None) -> int:
-    result = grade(run, judge=judge, appropriate=judge is not None)
+def _reply_bytes(run: Run, judge: object | None, *, appropriate: bool = True) -> int:
+    result = grade(run, judge=judge, appropriate=appropriate and judge is not None)
     reply = json_format.ParseDict(
         result.to_dict(), result_pb2.CheckResult(), ignore_unknown_fields=True
     )
@@ -84,8 +84,10 @@ def _reply_bytes(run: Run, judge: object | None) -> int:
 
 def test_the_reply_bound_is_never_below_the_real_reply() -> None:
     for run in _hostile_runs():
-        assert _reply_bytes(run, None) <= reply_bound(run, model=False)
-        assert _reply_bytes(run, _Verbose()) <= reply_bound(run, model=True)
+        assert _reply_bytes(run, None) <= reply_bound(run, model_reasons=0)
+        assert _reply_bytes(run, _Verbose()) <= reply_bound(run, model_reasons=2)
+        asked = _reply_bytes(run, _Verbose(), appropriate=False)
+        assert asked <= reply_bound(run, model_reasons=1)
 
 
 def _run_of(calls: int, output: str) -> result_pb2.Run:
