@@ -33,9 +33,11 @@ from attest_otel.grade.questions import (
     Judge,
     ModelFailure,
 )
+from attest_otel.grade.rules import CHECK_NAME
+from attest_otel.model import CheckResult, Run
 from attest_otel.sidecar.workers import Failed
 
-__all__ = ["ABANDONED", "BoundedJudge", "InProcessBudget"]
+__all__ = ["ABANDONED", "BoundedJudge", "InProcessBudget", "run_grader", "ungraded_result"]
 
 T = TypeVar("T")
 
@@ -157,3 +159,45 @@ class BoundedJudge:
         if self._abandoned.is_set():
             return [ModelFailure(ABANDONED) for _ in questions]
         return self._judge.choose(questions)
+
+
+def why(failed: Failed) -> str:
+    """One line: the detail's last (an exception's message), else the reason."""
+    lines = failed.detail.strip().splitlines()
+    return lines[-1] if lines else failed.reason
+
+
+def ungraded_result(failed: Failed) -> CheckResult:
+    """The grade of a run that was not graded: `review`, saying why."""
+    said = why(failed)
+    return CheckResult(
+        check=CHECK_NAME,
+        passed=False,
+        verdict="review",
+        score=0.0,
+        summary=f"not graded: {said}",
+        findings=[],
+        metadata={"ungraded": failed.reason, "ungraded_reason": said},
+    )
+
+
+def run_grader(
+    grade: Callable[..., CheckResult],
+    judge: Judge | None,
+    appropriate: bool,
+    budget_s: float,
+) -> Callable[[Run], CheckResult]:
+    """`grade(run, judge=, appropriate=)` for `pipeline.grade_traces`, each run within
+    `budget_s` (the CLI's `grade --budget`); past it the run's grade is `review`, saying
+    why, and its judge asks nothing more."""
+    budget = InProcessBudget(budget_s)
+
+    def grade_run(run: Run) -> CheckResult:
+        def one(abandoned: threading.Event) -> CheckResult:
+            bounded = None if judge is None else BoundedJudge(judge, abandoned)
+            return grade(run, judge=bounded, appropriate=appropriate)
+
+        answer = budget.run(one)
+        return ungraded_result(answer) if isinstance(answer, Failed) else answer
+
+    return grade_run

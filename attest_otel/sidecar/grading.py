@@ -35,12 +35,12 @@ from attest_otel.export.annotate import GRADE_MARKS, annotate_spans, annotation_
 from attest_otel.export.log_records import log_records
 from attest_otel.export.otlp_bytes import key_values
 from attest_otel.grade.grader import grade
-from attest_otel.grade.rules import CHECK_NAME
 from attest_otel.ingest.decode import decode_request
 from attest_otel.model import CheckResult, Run, Step, ToolCall, shown_score
 from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.policy import load_policy
-from attest_otel.sidecar.bounded import BoundedJudge, InProcessBudget
+from attest_otel.sidecar.bounded import BoundedJudge, InProcessBudget, ungraded_result
+from attest_otel.sidecar.bounded import why as _why
 from attest_otel.sidecar.buffer import HeldTrace
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate
@@ -387,26 +387,6 @@ class TraceGrader:
                     log.exception("emitting the grade of a run failed")
         if self.remember is not None and not graded.failed:
             self.remember(trace.trace_id_hex, with_logs(original, bytes(trace.logs)), graded.runs)
-
-
-def _why(failed: Failed) -> str:
-    """One line: the detail's last (an exception's message), else the reason."""
-    lines = failed.detail.strip().splitlines()
-    return lines[-1] if lines else failed.reason
-
-
-def ungraded_result(failed: Failed) -> CheckResult:
-    """The grade of a run that was not graded: `review`, saying why."""
-    why = _why(failed)
-    return CheckResult(
-        check=CHECK_NAME,
-        passed=False,
-        verdict="review",
-        score=0.0,
-        summary=f"not graded: {why}",
-        findings=[],
-        metadata={"ungraded": failed.reason, "ungraded_reason": why},
-    )
 
 
 def _ungraded_grades(trace: HeldTrace, now_ns: int, failed: Failed) -> list[StoredGrade]:
