@@ -11,6 +11,7 @@ import click
 
 from attest_otel.cli.common import (
     Warnings,
+    budget_option,
     config_option,
     exit_for,
     json_option,
@@ -90,16 +91,7 @@ def _parse_fallbacks(
     help="TOOL=ALTERNATIVE, repeatable.",
 )
 @model_options
-@click.option(
-    "--budget",
-    "budget_s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=300.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="How long grading one run may take, model calls included; past it the run is "
-    "reported review, not graded.",
-)
+@budget_option
 @json_option
 @strict_option
 @click.option("--export", is_flag=True, help="Send grade spans, log events and metrics over OTLP.")

@@ -65,3 +65,25 @@ def test_a_model_that_never_answers_costs_a_run_its_budget(
     assert run["result"]["metadata"]["ungraded"] == "time"
     assert "budget (2s)" in run["result"]["summary"]
     assert took < usual_s + 2 + 3.0, (took, usual_s)
+
+
+def test_tools_holds_each_run_to_the_budget_too(messages_server: MessagesServer) -> None:
+    messages_server.responder = verdict({"outcome": "acknowledged", "reason": "x"}, delay_s=100)
+    env = {"ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": messages_server.url}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ANTHROPIC"))}
+    args = ["tools", str(REPO / "examples" / "runs" / "unrecovered.json"), "--check-answer"]
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "attest_otel.cli", *args, "--budget", "2", "--json"],
+        cwd=REPO,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    took = time.monotonic() - started
+    assert messages_server.calls >= 1
+    assert result.returncode == 1, result.stderr
+    assert "budget (2s)" in result.stdout
+    # Well under the SDK's own 60 s timeout (three times, with its retries).
+    assert took < 45, took
