@@ -122,12 +122,16 @@ def _tool_like(
 
 def _owner(node: Node, run_of: dict[int, RunBuild]) -> RunBuild | None:
     """The run a span sits in; None inside a span that was read (a tool's or a model call's
-    own inner spans are not calls of the run) or outside every run."""
+    own inner spans are not calls of the run) or outside every run. A model call's span is
+    its own even where it is the run's root too (a run no agent span marks, whose one model
+    span covers it): the client's raw-request spans under it are the model call's."""
     up = node.parent
     while up is not None:
+        if up.role is Role.MODEL:
+            return None
         if id(up) in run_of:
             return run_of[id(up)]
-        if up.role in (Role.TOOL, Role.HANDOFF, Role.MODEL):
+        if up.role in (Role.TOOL, Role.HANDOFF):
             return None
         up = up.parent
     return None

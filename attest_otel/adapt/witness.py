@@ -82,6 +82,8 @@ def from_models(
                         seen.add(req.call_id)
                     requests.append(_Request(req, when, len(requests), build.node))
         outputs_captured = outputs_captured or bool(requests)
+    if not requests and build.node is None and groups:
+        _history_requests(groups[-1], logs, seen, requests)
     replies: dict[str, ToolReply] = {}
     if not outputs_captured:
         # Requests only in the history: read every input, oldest first, for their order.
@@ -189,6 +191,26 @@ def from_models(
     if heard:
         unanswered = {i for i in heard if not calls[i].output_captured}
         calls[:] = [c for i, c in enumerate(calls) if i not in unanswered]
+
+
+def _history_requests(
+    newest: ModelCall, logs: Logs, seen: set[str], requests: list[_Request]
+) -> None:
+    """Requests only in the newest model call's history: one model span stands for a whole
+    multi-step run (a client that writes each request onto the caller's span, the last one
+    winning), so no output names the calls the history shows. Only the history after the
+    last user message is this run's: what comes before it belongs to earlier turns of the
+    conversation, graded with those turns."""
+    history = newest.part(INPUT, logs) or []
+    start = max((i + 1 for i, m in enumerate(history) if m.role == "user"), default=0)
+    for msg in history[start:]:
+        if msg.role != "assistant":
+            continue
+        for req in msg.tool_calls:
+            if req.call_id is None or req.call_id in seen:
+                continue  # without an id a request cannot be told from one already read
+            seen.add(req.call_id)
+            requests.append(_Request(req, newest.start, len(requests), newest.lead))
 
 
 def _stray(calls: list[Call], req: ToolRequest, asked: set[str]) -> Call | None:

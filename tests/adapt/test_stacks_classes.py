@@ -1,0 +1,107 @@
+"""Classes of misreading found by recording new stacks (issue 25), one synthetic trace each.
+
+The recorded traces that showed them are in tests/fixtures/traces (the stack named on each
+test); these keep the class fixed when the stack changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attest_otel.adapt.base import captured
+from attest_otel.grade import rules
+from tests.adapt.spans import Trace, calls, js
+
+SYSTEM = "You are billing_agent."
+TASK = "Charge order 42."
+
+
+def _ask(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_call", "id": call_id, "name": name, "arguments": args}
+
+
+def _text(role: str, content: str) -> dict[str, Any]:
+    return {"role": role, "parts": [{"type": "text", "content": content}]}
+
+
+def _told(call_id: str, response: str) -> dict[str, Any]:
+    return {
+        "role": "tool",
+        "parts": [{"type": "tool_call_response", "id": call_id, "response": response}],
+    }
+
+
+def _covering_span(t: Trace, history: list[dict[str, Any]], answer: str) -> Any:
+    """One span for a whole multi-step run: the last request's attributes win (LiteLLM's
+    OTel callback writes each request onto the caller's span: `litellm_otel__*`)."""
+    return t.span(
+        "billing_agent",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-4o-mini",
+            "llm.request.type": "completion",
+            "gen_ai.input.messages": js(history),
+            "gen_ai.output.messages": js(
+                [{"role": "assistant", "parts": [{"type": "text", "content": answer}]}]
+            ),
+        },
+        start=0,
+        end=100,
+    )
+
+
+def _run_history(earlier: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    return [
+        _text("system", SYSTEM),
+        *(earlier or []),
+        _text("user", TASK),
+        {"role": "assistant", "parts": [_ask("call_1", "lookup_order", {"order_id": 42})]},
+        _told("call_1", '{"total": 19.5}'),
+        {"role": "assistant", "parts": [_ask("call_2", "charge_card", {"order_id": 42})]},
+        _told("call_2", "Error: card declined"),
+    ]
+
+
+def test_calls_only_in_the_history_of_one_model_span_covering_the_run() -> None:
+    """No model output names a call (the span holds the last request only): the calls are
+    the assistant requests in its history, with their results from the tool messages."""
+    t = Trace()
+    _covering_span(t, _run_history(), "I could not charge the card.")
+    run = t.run()
+    got = [(c.name, c.call_id, c.output, rules.is_error(c)) for c in calls(run)]
+    assert got == [
+        ("lookup_order", "call_1", '{"total": 19.5}', False),
+        ("charge_card", "call_2", "Error: card declined", True),
+    ]
+
+
+def test_calls_of_earlier_turns_in_that_history_are_not_this_runs() -> None:
+    """What precedes the last user message belongs to an earlier turn of the chat."""
+    earlier = [
+        _text("user", "What is order 41?"),
+        {"role": "assistant", "parts": [_ask("call_0", "lookup_order", {"order_id": 41})]},
+        _told("call_0", '{"total": 3}'),
+        _text("assistant", "Order 41 is 3 EUR."),
+    ]
+    t = Trace()
+    _covering_span(t, _run_history(earlier), "I could not charge the card.")
+    assert [c.call_id for c in calls(t.run())] == ["call_1", "call_2"]
+
+
+def test_raw_request_spans_under_a_model_span_that_is_the_run_root_are_no_gap() -> None:
+    """The client's raw-request copies (`raw_gen_ai_request`, `llm.openai.tools`) sit under
+    the model span that is also the run's root: the model call's own, not unread calls."""
+    t = Trace()
+    root = _covering_span(t, _run_history(), "I could not charge the card.")
+    for i in range(2):
+        t.span(
+            "raw_gen_ai_request",
+            {"llm.openai.tools": js([{"type": "function", "function": {"name": "charge_card"}}])},
+            parent=root,
+            start=10 * i + 1,
+            end=10 * i + 5,
+        )
+    run = t.run()
+    assert captured(run.final_answer)
+    assert run.gaps == []
