@@ -97,7 +97,9 @@ class RunBuild:
 
 def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
     """The runs of one linked trace, each with its member spans and nested runs."""
-    agents = _turns_merged([n for n in nodes.values() if n.role is Role.AGENT])
+    agents = _beside_its_work(
+        nodes, _turns_merged([n for n in nodes.values() if n.role is Role.AGENT])
+    )
     if not agents:
         agents = _implicit_agents(nodes)
     if not agents:
@@ -171,6 +173,44 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
 
 def _name(node: Node) -> str | None:
     return node.dialect.agent_name(node.span) if node.dialect is not None else None
+
+
+def _beside_its_work(nodes: dict[str, Node], agents: list[Node]) -> list[Node]:
+    """An agent span with nothing below it, beside a span of the same name that holds the
+    agent's work (OpenLLMetry's LangGraph instrumentation: an empty `invoke_agent billing_agent`
+    next to `execute_task billing_agent`, under the tool that called the agent): that span is
+    the agent's, and the empty one only marks it (issue 25, class 6)."""
+    parents = {id(n.parent) for n in nodes.values() if n.parent is not None}
+    empty = [a for a in agents if id(a) not in parents and a.parent is not None]
+    if not empty:
+        return agents
+    work_below: set[int] = set()
+    for node in nodes.values():
+        if node.role in WORK:
+            up, steps = node.parent, 0
+            while up is not None and steps < 64 and id(up) not in work_below:
+                work_below.add(id(up))
+                up, steps = up.parent, steps + 1
+    beside: dict[int, list[Node]] = {id(a.parent): [] for a in empty}
+    for node in nodes.values():
+        if (
+            id(node.parent) in beside
+            and node.role in (Role.OTHER, Role.WORKFLOW)
+            and id(node) in work_below
+        ):
+            beside[id(node.parent)].append(node)
+    moved: dict[int, Node] = {}
+    for agent in empty:
+        candidates = beside[id(agent.parent)]
+        name = _name(agent) if candidates else None
+        if not name:
+            continue
+        for node in candidates:
+            if node.role is not Role.AGENT and _name(node) == name:
+                node.role, agent.role = Role.AGENT, Role.WORKFLOW
+                moved[id(agent)] = node
+                break
+    return [moved.get(id(a), a) for a in agents]
 
 
 def _turns_merged(agents: list[Node]) -> list[Node]:

@@ -69,11 +69,6 @@ def _status_only(run: dict[str, Any]) -> dict[str, Any]:
 
 
 KNOWN_GAPS: dict[str, str] = {
-    "langchain_openllmetry__multi_agent": (
-        "class 6: OpenLLMetry 0.62 records the nested agent as an empty `invoke_agent "
-        "billing_agent` span beside `execute_task billing_agent`, which holds its work, so the "
-        "nested calls go to support_agent"
-    ),
     "litellm_otel__multi_agent": (
         "class 6: with no agent or tool spans, the nested agent is one model span (LiteLLM "
         "writes its last request onto the caller's span) inside the outer agent's; it is not "

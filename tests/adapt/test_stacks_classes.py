@@ -105,3 +105,54 @@ def test_raw_request_spans_under_a_model_span_that_is_the_run_root_are_no_gap() 
     run = t.run()
     assert captured(run.final_answer)
     assert run.gaps == []
+
+
+def test_an_empty_agent_span_beside_the_span_holding_its_work_is_that_runs_agent() -> None:
+    """The nested agent is an empty `invoke_agent` span; its work sits in a sibling of the
+    same name (OpenLLMetry's LangGraph `execute_task billing_agent`: `langchain_openllmetry__
+    multi_agent`). Its calls are the nested agent's, not the calling agent's."""
+    t = Trace()
+    outer = t.span(
+        "invoke_agent support_agent",
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support_agent"},
+        start=0,
+        end=100,
+    )
+    delegate = t.span(
+        "execute_tool delegate_billing",
+        {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "delegate_billing"},
+        parent=outer,
+        start=10,
+        end=90,
+    )
+    t.span(
+        "invoke_agent billing_agent",
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "billing_agent"},
+        parent=delegate,
+        start=11,
+        end=12,
+    )
+    work = t.span(
+        "execute_task billing_agent",
+        {
+            "traceloop.span.kind": "task",
+            "traceloop.entity.name": "billing_agent",
+            "gen_ai.operation.name": "execute_task",
+        },
+        parent=delegate,
+        start=12,
+        end=80,
+    )
+    for i, name in enumerate(("lookup_order", "charge_card")):
+        t.span(
+            f"execute_tool {name}",
+            {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name},
+            parent=work,
+            start=20 + 10 * i,
+            end=25 + 10 * i,
+        )
+    runs = {r.agent: [c.name for c in calls(r)] for r in t.runs()}
+    assert runs == {
+        "support_agent": ["delegate_billing"],
+        "billing_agent": ["lookup_order", "charge_card"],
+    }
