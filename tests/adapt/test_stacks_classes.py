@@ -156,3 +156,103 @@ def test_an_empty_agent_span_beside_the_span_holding_its_work_is_that_runs_agent
         "support_agent": ["delegate_billing"],
         "billing_agent": ["lookup_order", "charge_card"],
     }
+
+
+# --------------------------------------------------------------------------- google-genai
+
+
+def _gemini(
+    t: Trace, parent: Any, start: int, system: str, history: list[Any], reply: list[Any]
+) -> Any:
+    """A GenAI `generate_content` span as opentelemetry-instrumentation-google-genai writes it
+    for each request of automatic function calling (`google_genai__*`)."""
+    return t.span(
+        "generate_content gemini-2.5-flash",
+        {
+            "gen_ai.operation.name": "generate_content",
+            "gen_ai.provider.name": "gemini",
+            "gen_ai.request.model": "gemini-2.5-flash",
+            "gen_ai.system_instructions": js([{"type": "text", "content": system}]),
+            "gen_ai.input.messages": js(history),
+            "gen_ai.output.messages": js([{"role": "assistant", "parts": reply}]),
+        },
+        parent=parent,
+        start=start,
+        end=start + 5,
+    )
+
+
+def _response(call_id: str, response: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "role": "user",
+        "parts": [{"type": "tool_call_response", "id": call_id, "response": response}],
+    }
+
+
+def test_an_error_key_alone_in_a_function_response_is_an_error() -> None:
+    """Gemini's function responses are `{"result"|"output": ...}` or `{"error": ...}`; the
+    SDK's automatic function calling sends `{"error": "<exception>"}` for a tool that raised."""
+    t = Trace()
+    root = t.span("billing_agent", start=0, end=100)
+    ask = _ask("lookup_order_0", "lookup_order", {"order_id": 42})
+    user = _text("user", TASK)
+    _gemini(t, root, 1, SYSTEM, [user], [ask])
+    told = _response("lookup_order_0", {"error": "gateway timed out"})
+    _gemini(t, root, 10, SYSTEM, [user, {"role": "assistant", "parts": [ask]}, told], [])
+    (call,) = calls(t.run())
+    assert (call.output, rules.is_error(call)) == ("gateway timed out", True)
+
+
+def test_an_id_asked_for_again_after_its_result_is_a_new_call() -> None:
+    """Ids made up per message (`charge_card_0`) repeat across the conversation: the retry is
+    a second call with its own result, not the first one again."""
+    t = Trace()
+    root = t.span("billing_agent", start=0, end=100)
+    ask = _ask("charge_card_0", "charge_card", {"order_id": 42})
+    user = _text("user", TASK)
+    asked = {"role": "assistant", "parts": [ask]}
+    failed = _response("charge_card_0", {"error": "gateway timed out"})
+    charged = _response("charge_card_0", {"result": "charged"})
+    _gemini(t, root, 1, SYSTEM, [user], [ask])
+    _gemini(t, root, 10, SYSTEM, [user, asked, failed], [ask])
+    _gemini(t, root, 20, SYSTEM, [user, asked, failed, asked, charged], [])
+    got = [(c.name, c.output, rules.is_error(c)) for c in calls(t.run())]
+    assert got == [
+        ("charge_card", "gateway timed out", True),
+        ("charge_card", "charged", False),
+    ]
+
+
+def test_the_same_request_in_two_spans_of_one_model_call_stays_one_call() -> None:
+    """Two spans of one model call (instrumentation and client) both show the request; the
+    model was not told its result yet, so it is one call."""
+    t = Trace()
+    root = t.span("billing_agent", start=0, end=100)
+    ask = _ask("charge_card_0", "charge_card", {"order_id": 42})
+    user = _text("user", TASK)
+    _gemini(t, root, 1, SYSTEM, [user], [ask])
+    _gemini(t, root, 2, SYSTEM, [user], [ask])
+    charged = _response("charge_card_0", {"result": "charged"})
+    _gemini(t, root, 20, SYSTEM, [user, {"role": "assistant", "parts": [ask]}, charged], [])
+    assert [(c.name, c.output) for c in calls(t.run())] == [("charge_card", "charged")]
+
+
+def test_a_span_whose_model_calls_have_another_system_prompt_is_a_nested_agent() -> None:
+    """Plain spans named after each agent, no tool spans: the billing agent's span sits in the
+    support agent's, and its model calls speak another conversation (another system prompt):
+    a run of its own, not steps of the support agent."""
+    t = Trace()
+    outer = t.span("support_agent", start=0, end=100)
+    delegate = _ask("delegate_billing_0", "delegate_billing", {"request": TASK})
+    user = _text("user", TASK)
+    _gemini(t, outer, 1, "You are support_agent.", [user], [delegate])
+    inner = t.span("billing_agent", parent=outer, start=10, end=60)
+    lookup = _ask("lookup_order_0", "lookup_order", {"order_id": 42})
+    _gemini(t, inner, 11, SYSTEM, [user], [lookup])
+    looked = _response("lookup_order_0", {"result": "19.5"})
+    _gemini(t, inner, 20, SYSTEM, [user, {"role": "assistant", "parts": [lookup]}, looked], [])
+    settled = _response("delegate_billing_0", {"result": "charged"})
+    history = [user, {"role": "assistant", "parts": [delegate]}, settled]
+    _gemini(t, outer, 70, "You are support_agent.", history, [])
+    runs = {r.agent: [c.name for c in calls(r)] for r in t.runs()}
+    assert runs == {"support_agent": ["delegate_billing"], "billing_agent": ["lookup_order"]}
