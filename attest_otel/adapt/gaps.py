@@ -30,7 +30,7 @@ from typing import Any
 
 from attest_otel.adapt.base import OUTPUT, Role
 from attest_otel.adapt.matching import Call, ModelCall
-from attest_otel.adapt.tree import CALLS, Logs, Node, RunBuild
+from attest_otel.adapt.tree import ANSWER_TOOLS, CALLS, Logs, Node, RunBuild
 from attest_otel.adapt.witness import looks_like_handoff
 from attest_otel.model import Span
 
@@ -38,8 +38,6 @@ __all__ = ["ANSWER_TOOLS", "UNCHECKED", "Survey", "find", "survey"]
 
 log = logging.getLogger(__name__)
 
-ANSWER_TOOLS = frozenset(("final_answer",))
-"""Tools a framework gives the model to deliver its answer: asking for one is no tool use."""
 
 _LISTED = 3
 """Names listed in one reason before "and N more": a reason is one readable sentence."""

@@ -16,6 +16,7 @@ from attest_otel.adapt.base import Dialect, Exchange, Role, Want
 from attest_otel.model import LogRecord, Run, Span
 
 __all__ = [
+    "ANSWER_TOOLS",
     "CALLS",
     "WORK",
     "Logs",
@@ -32,6 +33,11 @@ log = logging.getLogger("attest_otel.adapt.runs")
 
 WORK = (Role.TOOL, Role.MODEL, Role.HANDOFF)
 CALLS = (Role.TOOL, Role.HANDOFF)
+
+ANSWER_TOOLS = frozenset(("final_answer",))
+"""Tools a framework gives the model to deliver its answer: asking for one is no tool use,
+and an agent span named after one with no work of its own is the agent's answer event
+(BeeAI's `final_answer` AGENT span beside the run), not an agent."""
 
 
 class Node:
@@ -131,10 +137,11 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
     # An empty agent span named like an agent that works elsewhere in the trace marks the
     # moment of a handoff (OpenLIT), not a run of its own.
     working = {_name(a) for a in agents if id(a) in has_work} - {None}
+    not_runs = working | ANSWER_TOOLS  # empty agent spans that mark a handoff or an answer
     runs = {
         id(a): RunBuild(a, a)
         for a in agents
-        if id(a) in has_work or (id(a) not in has_agent_below and _name(a) not in working)
+        if id(a) in has_work or (id(a) not in has_agent_below and _name(a) not in not_runs)
     }
     for turn, canon in later:
         build = runs.get(id(canon))

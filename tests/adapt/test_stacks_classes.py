@@ -256,3 +256,59 @@ def test_a_span_whose_model_calls_have_another_system_prompt_is_a_nested_agent()
     _gemini(t, outer, 70, "You are support_agent.", history, [])
     runs = {r.agent: [c.name for c in calls(r)] for r in t.runs()}
     assert runs == {"support_agent": ["delegate_billing"], "billing_agent": ["lookup_order"]}
+
+
+# --------------------------------------------------------------------------- BeeAI
+
+
+def _oi(t: Trace, name: str, kind: str, parent: Any, start: int, end: int, **attrs: Any) -> Any:
+    return t.span(
+        name,
+        {"openinference.span.kind": kind, **attrs},
+        parent=parent,
+        start=start,
+        end=end,
+        error=attrs.pop("_error", None),
+    )
+
+
+def test_an_error_event_span_inside_a_tool_span_is_that_calls_error_not_a_call() -> None:
+    """BeeAI's emitter records a tool's `error` event as a TOOL span inside the tool's span
+    (`beeai_openinference__retry`): one call, an error, not a second call named `error`."""
+    t = Trace()
+    agent = _oi(t, "billing_agent", "AGENT", None, 0, 100, **{"input.value": TASK})
+    tool = t.span(
+        "charge_card",
+        {"openinference.span.kind": "TOOL", "tool.name": "charge_card"},
+        parent=agent,
+        start=10,
+        end=20,
+        error="Tool Error",
+    )
+    t.span(
+        "error",
+        {"openinference.span.kind": "TOOL", "output.value": "ToolError: gateway timed out"},
+        parent=tool,
+        start=15,
+        end=16,
+        error="Tool Error",
+    )
+    (call,) = calls(t.run())
+    assert (call.name, rules.is_error(call)) == ("charge_card", True)
+
+
+def test_an_agent_span_named_after_the_answer_tool_is_no_run() -> None:
+    """BeeAI's `final_answer` event is an AGENT-kind span beside the run, with no work."""
+    t = Trace()
+    agent = _oi(t, "billing_agent", "AGENT", None, 0, 100, **{"input.value": TASK})
+    t.span(
+        "lookup_order",
+        {"openinference.span.kind": "TOOL", "tool.name": "lookup_order"},
+        parent=agent,
+        start=10,
+        end=20,
+    )
+    _oi(t, "final_answer", "AGENT", agent, 90, 91, **{"input.value": js({"output": "done"})})
+    assert [(r.agent, [c.name for c in calls(r)]) for r in t.runs()] == [
+        ("billing_agent", ["lookup_order"])
+    ]
