@@ -339,7 +339,7 @@ def _function_response(value: Any) -> tuple[Any, bool]:
         ((key, inner),) = value.items()
         if key in ("result", "output"):
             return inner, False
-        if key == "error":
+        if key == "error" and inner not in (None, "", [], {}):
             return inner, True
     return value, False
 

@@ -203,6 +203,18 @@ def test_an_error_key_alone_in_a_function_response_is_an_error() -> None:
     assert (call.output, rules.is_error(call)) == ("gateway timed out", True)
 
 
+def test_an_empty_error_key_in_a_function_response_is_no_error() -> None:
+    t = Trace()
+    root = t.span("billing_agent", start=0, end=100)
+    ask = _ask("lookup_order_0", "lookup_order", {"order_id": 42})
+    user = _text("user", TASK)
+    _gemini(t, root, 1, SYSTEM, [user], [ask])
+    told = _response("lookup_order_0", {"error": None})
+    _gemini(t, root, 10, SYSTEM, [user, {"role": "assistant", "parts": [ask]}, told], [])
+    (call,) = calls(t.run())
+    assert rules.is_error(call) is False
+
+
 def test_an_id_asked_for_again_after_its_result_is_a_new_call() -> None:
     """Ids made up per message (`charge_card_0`) repeat across the conversation: the retry is
     a second call with its own result, not the first one again."""
