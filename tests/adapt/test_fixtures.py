@@ -69,11 +69,6 @@ def _status_only(run: dict[str, Any]) -> dict[str, Any]:
 
 
 KNOWN_GAPS: dict[str, str] = {
-    "dspy_openinference": (
-        "class 4/6: DSPy ReAct has no agent span (CHAIN `ReAct.forward`) nor agent name (the run "
-        "is 'ReAct', so a per-agent policy misses it), its task is read from the ChatAdapter's "
-        "`[[ ## question ## ]]` markup, and its `finish` step counts as a call"
-    ),
     "litellm_otel__multi_agent": (
         "class 6: with no agent or tool spans, the nested agent is one model span (LiteLLM "
         "writes its last request onto the caller's span) inside the outer agent's; it is not "

@@ -324,3 +324,39 @@ def test_an_agent_span_named_after_the_answer_tool_is_no_run() -> None:
     assert [(r.agent, [c.name for c in calls(r)]) for r in t.runs()] == [
         ("billing_agent", ["lookup_order"])
     ]
+
+
+# --------------------------------------------------------------------------- DSPy
+
+
+def _react_run(*steps: tuple[str, dict[str, Any]]) -> Any:
+    """A DSPy-like run: a CHAIN span of the program, TOOL spans `<tool>.__call__`."""
+    t = Trace()
+    root = t.span(
+        "billing_agent.forward",
+        {"openinference.span.kind": "CHAIN", "input.value": js({"question": TASK})},
+        start=0,
+        end=100,
+    )
+    for i, (name, args) in enumerate(steps):
+        t.span(
+            f"{name}.__call__",
+            {"openinference.span.kind": "TOOL", "input.value": js(args)},
+            parent=root,
+            start=10 + 10 * i,
+            end=15 + 10 * i,
+        )
+    return t.run()
+
+
+def test_a_react_loops_finish_step_is_no_call() -> None:
+    """DSPy's ReAct records its `finish` step (no arguments, last) as a tool span."""
+    run = _react_run(("lookup_order", {"order_id": 42}), ("finish", {}))
+    assert [c.name for c in calls(run)] == ["lookup_order"]
+
+
+def test_a_tool_named_finish_with_arguments_or_not_last_is_a_call() -> None:
+    run = _react_run(("finish", {"order_id": 42}))
+    assert [c.name for c in calls(run)] == ["finish"]
+    run = _react_run(("finish", {}), ("lookup_order", {"order_id": 42}))
+    assert [c.name for c in calls(run)] == ["finish", "lookup_order"]
