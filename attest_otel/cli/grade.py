@@ -10,6 +10,7 @@ import click
 
 from attest_otel.cli.common import (
     Warnings,
+    budget_option,
     config_option,
     exit_for,
     fewer_collections,
@@ -88,6 +89,7 @@ def _parse_fallbacks(
     help="TOOL=ALTERNATIVE, repeatable.",
 )
 @model_options
+@budget_option
 @json_option
 @strict_option
 @click.option("--export", is_flag=True, help="Send grade spans, log events and metrics over OTLP.")
@@ -117,6 +119,7 @@ def grade(
     appropriate: bool,
     check_answer: bool,
     model: str | None,
+    budget_s: float,
     as_json: bool,
     strict: bool,
     export: bool,
@@ -136,6 +139,7 @@ def grade(
     from attest_otel.grade import grader, llm
     from attest_otel.pipeline import Reading, grade_traces
     from attest_otel.policy import Policy, load_policy
+    from attest_otel.sidecar.bounded import run_grader
 
     fewer_collections()
     if file is not None and (trace_id is not None or since_s is not None):
@@ -170,6 +174,9 @@ def grade(
         fallbacks or None,
         regrade=tuple(flag for flag, on in given if on),
     )
+    # Each run within the budget, in a thread of its own: a model that never answers, or a
+    # run that grades for ever, costs the budget (docs/hostile-input.md, "Grading budget").
+    grade_run = run_grader(grader.grade, judge, appropriate, budget_s)
     out = _Output(as_json, keep=export)
     if file is not None:
         from attest_otel.ingest.stream import ByTrace
@@ -182,7 +189,12 @@ def grade(
             with status(f"grading {traces.span_count} spans"):
                 for one in traces:  # one trace at a time: memory does not grow with the file
                     for g in grade_traces(
-                        one.spans, one.logs, reading, judge=judge, appropriate=appropriate
+                        one.spans,
+                        one.logs,
+                        reading,
+                        judge=judge,
+                        appropriate=appropriate,
+                        grade_run=grade_run,
                     ):
                         out.add(g)
     else:
@@ -204,6 +216,7 @@ def grade(
             reading=reading,
             judge=judge,
             appropriate=appropriate,
+            grade_run=grade_run,
         )
         if not graded:
             from attest_otel.store import redact
