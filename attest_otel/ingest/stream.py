@@ -31,6 +31,8 @@ import pickle
 import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import fields
+from operator import attrgetter
 from os import PathLike
 from typing import IO, Any
 
@@ -345,6 +347,13 @@ class Inflate(io.RawIOBase):
         return True
 
 
+_span_row = attrgetter(*(f.name for f in fields(Span)))
+_log_row = attrgetter(*(f.name for f in fields(LogRecord)))
+"""A span or log record as the tuple of its fields, in their order, which `Span(*row)` takes
+back: pickled so, a slotted dataclass costs a Python call per object less each way
+(docs/measurements.md, "Big files")."""
+
+
 class ByTrace:
     """The traces of a stream of requests, each with its spans and log records, in order of
     first appearance, holding at most about `hold` spans and log records in memory.
@@ -406,9 +415,9 @@ class ByTrace:
         for offset, size in self._on_disk.get(trace_id, ()):
             assert file is not None
             file.seek(offset)
-            some_spans, some_logs = pickle.loads(file.read(size))
-            spans += some_spans
-            logs += some_logs
+            span_rows, log_rows = pickle.loads(file.read(size))
+            spans += [Span(*row) for row in span_rows]
+            logs += [LogRecord(*row) for row in log_rows]
         held = self._held.get(trace_id)
         if held is not None:
             spans += held[0]
@@ -450,7 +459,8 @@ class ByTrace:
             if self._held_count <= keep:
                 break
             spans, logs = self._held.pop(tid)
-            data = pickle.dumps((spans, logs), protocol=pickle.HIGHEST_PROTOCOL)
+            rows = ([_span_row(s) for s in spans], [_log_row(r) for r in logs])
+            data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
             self._on_disk.setdefault(tid, []).append((file.tell(), len(data)))
             file.write(data)
             self._held_count -= len(spans) + len(logs)
