@@ -21,7 +21,7 @@ from attest_otel.adapt.explain import SpanReading, gaps
 from attest_otel.cli.common import config_option
 from attest_otel.cli.sources import load_trace, trace_source_options
 from attest_otel.errors import UsageError
-from attest_otel.terminal import printable
+from attest_otel.plumbing.terminal import printable
 
 
 @click.command()

@@ -240,6 +240,6 @@ def serve(
         while not stop.wait(0.5):
             pass
     finally:
-        service.shutdown()
+        service.shutdown(config.shutdown_deadline_s)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

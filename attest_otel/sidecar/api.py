@@ -28,8 +28,10 @@ from attest_otel._proto.attest_otel.v1 import grader_pb2, result_pb2
 from attest_otel.content import ContentPolicy
 from attest_otel.errors import InputError
 from attest_otel.ingest.decode import decode_bytes
-from attest_otel.model import run_from_dict, run_to_dict
+from attest_otel.model import CheckResult, Run, run_from_dict, run_to_dict
 from attest_otel.pipeline import Reading, grade_traces, read
+from attest_otel.policy import Policy
+from attest_otel.store import Store
 from attest_otel.store.blob import split as split_stored
 from attest_otel.store.scrub import scrub_result
 
@@ -42,9 +44,21 @@ _T = TypeVar("_T")
 class GraderApi:
     """`attest_otel.v1.Grader` on the gRPC port (see proto/attest_otel/v1/grader.proto)."""
 
-    def __init__(self, service: Any, max_concurrent: int = 2) -> None:
-        """`service`: the running `Service` (its grader, store and policy)."""
-        self.service = service
+    def __init__(
+        self,
+        *,
+        grade_run: Callable[[Run], CheckResult],
+        store: Callable[[], Store | None],
+        policy: Policy | None,
+        content: ContentPolicy,
+        max_concurrent: int = 2,
+    ) -> None:
+        """`grade_run`: the sidecar's (with its model gate); `store`: the store while it is
+        open (None: turned off, or not open yet)."""
+        self.grade_run = grade_run
+        self.store = store
+        self.policy = policy
+        self.content = content
         self.max_concurrent = max(1, max_concurrent)
         self._slots = threading.BoundedSemaphore(self.max_concurrent)
 
@@ -71,18 +85,14 @@ class GraderApi:
             run = run_from_dict(data)
         except InputError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        grader = self.service.grader
-        if grader is None:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is starting")
-            raise AssertionError("abort raises")
-        result = grader.grade_run(run)
+        result = self.grade_run(run)
         return json_format.ParseDict(
             result.to_dict(), result_pb2.CheckResult(), ignore_unknown_fields=True
         )
 
     def _grade_trace(self, request: Any, context: Any) -> Any:
         trace_id = request.trace_id.strip().lower()
-        store = self.service.store
+        store = self.store()
         if store is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the store is turned off")
             raise AssertionError("abort raises")
@@ -90,7 +100,7 @@ class GraderApi:
         if stored is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"trace {trace_id} is not in the store")
             raise AssertionError("abort raises")
-        content = self.service.config.content
+        content = self.content
         response = grader_pb2.GradeTraceResponse(trace_id=trace_id)
         if not stored.data:  # content: drop keeps grades only
             for grade in stored.grades:
@@ -112,7 +122,7 @@ class GraderApi:
             decoded.logs += decode_bytes(
                 logs, "application/x-protobuf", source=f"store trace {trace_id} logs"
             ).logs
-        policy = self.service.policy
+        policy = self.policy
         reading = Reading(policy) if policy is not None else None
         runs_bytes = sum(
             json_format.ParseDict(

@@ -44,7 +44,7 @@ from urllib.parse import unquote
 from attest_otel.content import CONTENT_MODES, ContentPolicy
 from attest_otel.errors import PolicyError
 from attest_otel.store.base import redact, url_problem
-from attest_otel.yamlcheck import (
+from attest_otel.yamlfile.read import (
     Key,
     TreeChecker,
     TreeReader,
@@ -55,8 +55,8 @@ from attest_otel.yamlcheck import (
     put,
     read_text,
 )
-from attest_otel.yamlcheck import key as _key
-from attest_otel.yamlcheck import section as _section
+from attest_otel.yamlfile.read import key as _key
+from attest_otel.yamlfile.read import section as _section
 
 __all__ = [
     "DEFAULTS",

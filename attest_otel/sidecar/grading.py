@@ -17,9 +17,9 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -47,7 +47,7 @@ from attest_otel.sidecar.gate import ModelGate
 from attest_otel.sidecar.quarantine import Quarantine
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import append_to_spans, iter_resource_spans
-from attest_otel.sidecar.workers import Failed, GradingProcesses
+from attest_otel.sidecar.workers import Failed
 from attest_otel.store import StoredGrade, Writer
 from attest_otel.store.blob import split as split_stored
 from attest_otel.store.blob import with_logs
@@ -75,6 +75,33 @@ class GradingFailed(Exception):
         self.failed = failed
 
 
+class ProcessPool(Protocol):
+    """Grading processes (`grading_pool.OfflineGrading`), asked whether they run now:
+    when they could not start, grading goes on in this process."""
+
+    @property
+    def running(self) -> bool: ...
+
+    def map(
+        self, fn: Callable[..., Any], items: Sequence[tuple[Any, ...]], labels: Sequence[str]
+    ) -> list[Any]: ...
+
+    def oldest_s(self) -> float: ...
+
+
+def run_grader(gate: ModelGate | None, stats: SidecarStats) -> Callable[[Run], CheckResult]:
+    """Grades one run, with the model when the gate admits it (its budget and sampling)."""
+
+    def grade_run(run: Run) -> CheckResult:
+        if gate is not None and gate.admit(run):
+            with gate.semaphore:
+                stats.add(model_runs=1)
+                return grade(run, judge=gate.judge, appropriate=gate.appropriate)
+        return grade(run, judge=None)
+
+    return grade_run
+
+
 class TraceGrader:
     """Grades one released trace and sends it on; never raises (see the module docstring)."""
 
@@ -87,9 +114,15 @@ class TraceGrader:
         stats: SidecarStats,
         emit: Callable[[Run, CheckResult], None] | None = None,
         store: Writer | None = None,
-        pool: GradingProcesses | None = None,
+        pool: ProcessPool | None = None,
         emit_after_worker: Callable[[list[tuple[Run, CheckResult]]], None] | None = None,
         content: ContentPolicy = KEEP,
+        regrade: Callable[[HeldTrace], None] | None = None,
+        remember: Callable[[str, bytes, list[tuple[Run, CheckResult]]], None] | None = None,
+        send_logs: Callable[[list[bytes]], None] | None = None,
+        log_forwarder: Forwarder | None = None,
+        quarantine: Quarantine | None = None,
+        saw_agent: Callable[[str | None], None] | None = None,
     ) -> None:
         self.content = content
         """What of a run's content the grade events written into its spans carry."""
@@ -104,19 +137,20 @@ class TraceGrader:
         self.stats = stats
         self.emit = emit
         self.store = store
-        self.regrade: Callable[[HeldTrace], None] | None = None
+        self.regrade = regrade
         """Grades a late trace (spans that arrived after their trace was graded) again with
         what was graded before (`regrade.Regrader`)."""
-        self.remember: Callable[[str, bytes, list[tuple[Run, CheckResult]]], None] | None = None
+        self.remember = remember
         """Told every graded trace (what a later regrade starts from when there is no store)."""
-        self.send_logs: Callable[[list[bytes]], None] | None = None
+        self.send_logs = send_logs
         """Sends a graded trace's evaluation log records; None: log events are off."""
-        self.log_forwarder: Forwarder | None = None
+        self.log_forwarder = log_forwarder
         """Where the log records held with a trace go, after its spans."""
-        self.quarantine: Quarantine | None = None
+        self.quarantine = quarantine
         """Traces that broke grading: forwarded ungraded, never graded again."""
-        self.saw_agent: Callable[[str | None], None] | None = None
+        self.saw_agent = saw_agent
         """Told each graded run's agent (`policy_watch.PolicyWatch.saw`)."""
+        self._grade_run = run_grader(gate, stats)
         self._here: dict[int, float] = {}
         """Grading threads grading in this process -> when they began (monotonic)."""
         self._here_lock = threading.Lock()
@@ -131,13 +165,7 @@ class TraceGrader:
         return max(own, pool.oldest_s() if pool is not None else 0.0)
 
     def grade_run(self, run: Run) -> CheckResult:
-
-        gate = self.gate
-        if gate is not None and gate.admit(run):
-            with gate.semaphore:
-                self.stats.add(model_runs=1)
-                return grade(run, judge=gate.judge, appropriate=gate.appropriate)
-        return grade(run, judge=None)
+        return self._grade_run(run)
 
     def _grade(self, trace: HeldTrace, original: bytes) -> _Graded:
         """One trace graded in this process."""
@@ -252,7 +280,7 @@ class TraceGrader:
         """The batch graded in grading processes, each trace within the budget; None: grade
         here (no processes, or model checks on)."""
         pool = self.pool
-        if pool is None or self.gate is not None:
+        if pool is None or not pool.running or self.gate is not None:
             return None
         if not traces:
             return []

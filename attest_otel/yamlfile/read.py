@@ -3,7 +3,7 @@
 A file is read as a node tree (`yaml.compose`), not as loaded values, because the values
 have lost their line numbers, and a user fixes a file in one pass only when every problem is
 listed at once with its key path *and* line. The policy and its dialects are checked by
-pydantic models over that tree (`yamlmodel`); the sidecar's config still by `TreeChecker`
+pydantic models over that tree (`yamlfile.model`); the sidecar's config still by `TreeChecker`
 below, which walks the tree and adds problems instead of raising. Either way the caller
 raises one `PolicyError` naming the file and listing them all.
 
