@@ -45,6 +45,7 @@ __all__ = [
     "kind_of",
     "one_or_many",
     "problems",
+    "read_data",
     "read_model",
     "refuse_null",
 ]
@@ -294,6 +295,19 @@ def problems(error: ValidationError, marks: Marks) -> list[str]:
         found.append(((*marks.order.get(known, ()), _SELF), f"{where}: {d['msg']}"))
     found.sort(key=lambda item: item[0])
     return [text for _, text in found]
+
+
+def read_data(
+    text: str, source: str, environ: Mapping[str, str] | None = None
+) -> tuple[Any, Marks] | None:
+    """The file as plain data with `${env:...}` expanded, and where each key path is in it;
+    None for an empty document. For a file whose data is merged with more (flags, the
+    environment) before its model checks it; `read_model` for one checked as it is."""
+    root = compose(text, source)
+    if root is None:
+        return None
+    reader = _Reader(environ)
+    return reader.value(root, (), ()), reader.marks
 
 
 def read_model(

@@ -1,10 +1,9 @@
-"""The YAML reading under every file a user writes, and the sidecar config's checker.
+"""The YAML reading under every file a user writes.
 
 A file is read as a node tree (`yaml.compose`), not as loaded values, because the values
 have lost their line numbers, and a user fixes a file in one pass only when every problem is
-listed at once with its key path *and* line. The policy and its dialects are checked by
-pydantic models over that tree (`yamlfile.model`); the sidecar's config still by `TreeChecker`
-below, which walks the tree and adds problems instead of raising. Either way the caller
+listed at once with its key path *and* line. The policy, its dialects and the sidecar's
+config are checked by pydantic models over that tree (`yamlfile.model`), and the caller
 raises one `PolicyError` naming the file and listing them all.
 
 `${env:NAME}` and `${env:NAME:-default}` in a value are replaced from the environment before
@@ -22,23 +21,18 @@ Keys are never expanded: the shape of a file is what its author wrote. In a flow
 mapping (`[...]`, `{...}`) quote a reference, `["${env:TOOL}"]`: YAML reads an unquoted
 `{` there as the start of a mapping.
 
-The second half of this module maps a tree of dataclasses onto one file (the sidecar's
-config), so that a field's default is the only default there is.
+Also here, for every file that names an endpoint or headers: `parse_host_port` and
+`header_problem`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
-from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
@@ -48,20 +42,11 @@ __all__ = [
     "NULL_TAG",
     "STR_TAG",
     "Checker",
-    "Key",
-    "Section",
-    "TreeChecker",
-    "TreeReader",
     "compose",
-    "file_defaults",
     "header_problem",
     "is_null",
-    "key",
-    "kind",
     "parse_host_port",
-    "put",
     "read_text",
-    "section",
 ]
 
 STR_TAG = "tag:yaml.org,2002:str"
@@ -184,26 +169,8 @@ def is_null(node: Node) -> bool:
     return isinstance(node, ScalarNode) and node.tag == NULL_TAG
 
 
-def kind(node: Node) -> str:
-    """What a node is, in the words a problem uses ("a list", "a number", ...)."""
-    if isinstance(node, MappingNode):
-        return "a mapping"
-    if isinstance(node, SequenceNode):
-        return "a list"
-    if isinstance(node, ScalarNode):
-        tag = node.tag.rsplit(":", 1)[-1]
-        return {
-            "null": "null",
-            "bool": "a boolean",
-            "int": "a number",
-            "float": "a number",
-            "str": "a string",
-        }.get(tag, f"a {tag}")
-    return "something else"
-
-
 class Checker:
-    """Problems with key path and line, shared by every file's own checker."""
+    """`${env:...}` expanded in a file's values, with the problems of those it cannot."""
 
     def __init__(self, problems: list[str] | None = None) -> None:
         self.problems: list[str] = [] if problems is None else problems
@@ -214,49 +181,6 @@ class Checker:
     def problem(self, path: str, node: Node, text: str) -> None:
         if path not in self.unresolved:
             self.problems.append(f"{path} (line {node.start_mark.line + 1}): {text}")
-
-    def unknown(self, path: str, node: Node, allowed: Sequence[str]) -> None:
-        """An unknown key, with the nearest known one when there is one (a typo, usually)."""
-        name = path.rpartition(".")[2]
-        close = difflib.get_close_matches(name, allowed, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"expected one of: {', '.join(allowed)}"
-        self.problem(path, node, f"unknown key ({hint})")
-
-    def mapping(self, path: str, node: Node, what: str) -> list[tuple[ScalarNode, Node]] | None:
-        """The key/value pairs of a mapping node; duplicate and non-string keys are problems."""
-        if not isinstance(node, MappingNode):
-            self.problem(path, node, f"expected {what}, got {kind(node)}")
-            return None
-        seen: set[str] = set()
-        pairs: list[tuple[ScalarNode, Node]] = []
-        for key, value in node.value:
-            if not isinstance(key, ScalarNode) or key.tag != STR_TAG:
-                shown = key.value if isinstance(key, ScalarNode) else kind(key)
-                self.problem(
-                    f"{path}.{shown}", key, "expected a string key (quote it to make it one)"
-                )
-                continue
-            if key.value in seen:
-                self.problem(f"{path}.{key.value}", key, "duplicate key")
-                continue
-            seen.add(key.value)
-            pairs.append((key, value))
-        return pairs
-
-    def expand_env(
-        self, node: Node, environ: Mapping[str, str] | None = None, path: str = ""
-    ) -> None:
-        """Replaces `${env:...}` in every value under `node`, in place (module docstring)."""
-        env = os.environ if environ is None else environ
-        if isinstance(node, MappingNode):
-            for key, value in node.value:
-                name = key.value if isinstance(key, ScalarNode) else "?"
-                self.expand_env(value, env, f"{path}.{name}" if path else str(name))
-        elif isinstance(node, SequenceNode):
-            for i, item in enumerate(node.value):
-                self.expand_env(item, env, f"{path}[{i}]")
-        elif isinstance(node, ScalarNode) and "$" in node.value:
-            self.expand_scalar(node, env, path or "<top>")
 
     def expand_scalar(self, node: ScalarNode, environ: Mapping[str, str] | None, path: str) -> None:
         """Replaces `${env:...}` in one value, in place; a problem when it cannot."""
@@ -303,168 +227,6 @@ class Checker:
             if node.style is None
             else STR_TAG
         )
-
-
-# --- a tree of dataclasses written as one YAML file (the sidecar's config) -----------------
-#
-# Each field says where it lives in the file and how it is read (`key`), and a nested
-# dataclass is a `section`; the field's own default is the only default there is. The file
-# is merged over `file_defaults(cls)` (`TreeChecker`), flags are laid over that, and
-# `TreeReader` reads the merged tree back into the dataclasses, checking every value.
-
-
-@dataclass(frozen=True, slots=True)
-class Key:
-    """Where a field lives (dotted, under its section) and how its value is read.
-
-    `kind`: number | size (a number times `scale`, as whole bytes) | int | flag | text |
-    choice | address (host:port) | file (a readable, non-empty file) | path | headers.
-    `scale`: file unit -> the field's unit (MiB -> bytes, hours -> seconds).
-    `computed`: the default depends on the environment (`default_factory`), so the file's
-    default is "not set".
-    """
-
-    path: str
-    kind: str
-    scale: float = 1.0
-    minimum: float | None = None
-    """None: a number must be greater than 0, an int at least 1."""
-    maximum: float | None = None
-    """None: no upper bound."""
-    exclusive: bool = True
-    choices: tuple[str, ...] = ()
-    optional: bool = False
-    computed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    """A nested dataclass at `path`. `keys` describes the fields of a dataclass that lives
-    in a module below the config (its defaults stay there, e.g. `content.ContentPolicy`)."""
-
-    path: str
-    type: type[Any]
-    keys: Mapping[str, Key] | None = None
-
-
-def key(
-    path: str,
-    kind: str,
-    default: Any = MISSING,
-    *,
-    factory: Callable[[], Any] | None = None,
-    **how: Any,
-) -> Any:
-    """A dataclass field written in the file at `path` (see `Key`)."""
-    meta = {"yaml": Key(path, kind, **how)}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def section(
-    path: str, cls: type[Any], *, keys: Mapping[str, Key] | None = None, required: bool = False
-) -> Any:
-    """A dataclass field holding a nested section of the file."""
-    meta = {"yaml": Section(path, cls, keys)}
-    if required:
-        return field(metadata=meta)
-    return field(default_factory=cls, metadata=meta)
-
-
-def _meta(f: dataclasses.Field[Any], keys: Mapping[str, Key] | None) -> Key | Section | None:
-    found = f.metadata.get("yaml")
-    if isinstance(found, Key | Section):
-        return found
-    return None if keys is None else keys.get(f.name)
-
-
-def _file_default(f: dataclasses.Field[Any], spec: Key) -> Any:
-    """A field's default in the file's unit; None means "not set"."""
-    if spec.computed or (f.default is MISSING and f.default_factory is MISSING):
-        return None
-    value = _default_of(f)
-    if value is None or spec.scale == 1.0:
-        return value
-    return value / spec.scale
-
-
-def _default_of(f: dataclasses.Field[Any]) -> Any:
-    if f.default is not MISSING:
-        return f.default
-    factory: Callable[[], Any] = f.default_factory  # type: ignore[assignment]
-    return factory()
-
-
-def put(tree: dict[str, Any], path: str, value: Any) -> None:
-    """Sets a dotted key path in a nested dict, making the mappings on the way."""
-    *parents, last = path.split(".")
-    for name in parents:
-        tree = tree.setdefault(name, {})
-    tree[last] = value
-
-
-def file_defaults(cls: type[Any], keys: Mapping[str, Key] | None = None) -> dict[str, Any]:
-    """The file's tree with every default, read from the dataclasses' fields."""
-    tree: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        meta = _meta(f, keys)
-        if isinstance(meta, Section):
-            put(tree, meta.path, file_defaults(meta.type, meta.keys))
-        elif meta is not None:
-            put(tree, meta.path, _file_default(f, meta))
-    return tree
-
-
-_CONSTRUCTOR = SafeConstructor()
-
-
-class TreeChecker(Checker):
-    """Merges a file's node tree over the defaults; remembers each value's line."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: dict[str, int] = {}
-        self.given: set[str] = set()
-        """Keys the file (or, once the caller adds them, a flag) set, even to the default."""
-
-    def merge(
-        self, target: dict[str, Any], schema: Mapping[str, Any], node: Node, path: str = ""
-    ) -> None:
-        for key_node, value_node in self.mapping(path or "<top>", node, "a mapping") or ():
-            name = key_node.value
-            full = f"{path}.{name}" if path else name
-            if name not in schema:
-                self.unknown(full, key_node, list(schema))
-                continue
-            expected = schema[name]
-            if isinstance(expected, dict) and name != "headers":
-                if not is_null(value_node):
-                    self.merge(target[name], expected, value_node, full)
-                continue
-            self.lines[full] = value_node.start_mark.line + 1
-            self.given.add(full)
-            try:
-                target[name] = _value(value_node, headers=name == "headers")
-            except ValueError as e:
-                self.problem(full, value_node, str(e))
-
-
-def _value(node: Node, *, headers: bool) -> Any:
-    if headers:
-        if is_null(node):
-            return {}
-        if not isinstance(node, MappingNode):
-            raise ValueError("expected a mapping of header name to value")
-        out: dict[str, str] = {}
-        for k, v in node.value:
-            if not isinstance(k, ScalarNode) or not isinstance(v, ScalarNode):
-                raise ValueError("header names and values must be strings")
-            out[str(k.value).lower()] = str(v.value)
-        return out
-    if isinstance(node, MappingNode | SequenceNode):
-        raise ValueError(f"expected a single value, got {kind(node)}")
-    return _CONSTRUCTOR.construct_object(node, deep=True)
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -517,164 +279,3 @@ def parse_host_port(text: str) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise ValueError(f"{text!r}: port must be 0..65535")
     return host, port
-
-
-class TreeReader:
-    """Typed reads from the merged tree into the dataclasses; a wrong value is a problem
-    (with its line when it came from the file), never an exception."""
-
-    def __init__(self, tree: Mapping[str, Any], checker: TreeChecker) -> None:
-        self.tree = tree
-        self.checker = checker
-
-    def get(self, path: str) -> Any:
-        node: Any = self.tree
-        for name in path.split("."):
-            node = node[name]
-        return node
-
-    def problem(self, path: str, text: str) -> None:
-        if path in self.checker.unresolved:
-            return  # its ${env:...} was reported already
-        line = self.checker.lines.get(path)
-        where = f"{path} (line {line})" if line else path
-        self.checker.problems.append(f"{where}: {text}")
-
-    def section(
-        self, cls: type[Any], prefix: str = "", keys: Mapping[str, Key] | None = None, **extra: Any
-    ) -> Any:
-        """One section's dataclass, every field read as its `Key` says."""
-        values: dict[str, Any] = dict(extra)
-        for f in dataclasses.fields(cls):
-            meta = _meta(f, keys)
-            if meta is None:
-                continue
-            path = f"{prefix}.{meta.path}" if prefix else meta.path
-            if isinstance(meta, Section):
-                values[f.name] = self.section(meta.type, path, meta.keys)
-            else:
-                values[f.name] = self.read(path, meta, f)
-        return cls(**values)
-
-    def read(self, path: str, spec: Key, f: dataclasses.Field[Any]) -> Any:
-        kind = spec.kind
-        if kind in ("number", "size"):
-            value = self.number(
-                path, minimum=spec.minimum or 0.0, exclusive=spec.exclusive, maximum=spec.maximum
-            )
-            return int(value * spec.scale) if kind == "size" else value * spec.scale
-        if kind == "int":
-            return self.integer(
-                path, 1 if spec.minimum is None else int(spec.minimum), maximum=spec.maximum
-            )
-        if kind == "flag":
-            return self.flag(path)
-        if kind == "text":
-            return self.text(path, optional=spec.optional)
-        if kind == "choice":
-            if spec.optional and self.get(path) is None:
-                return None
-            return self.choice(path, spec.choices)
-        if kind == "address":
-            return self.address(path, optional=spec.optional)
-        if kind == "file":
-            return self.file(path)
-        if kind == "path":
-            text = self.text(path, optional=True)
-            if text is not None:
-                return Path(text).expanduser()
-            return _default_of(f) if spec.computed else None
-        if kind == "headers":
-            value = self.get(path)
-            if not isinstance(value, Mapping):
-                self.problem(path, f"expected a mapping of header names to values, got {value!r}")
-                return {}
-            out: dict[str, str] = {}
-            for name, text in value.items():
-                problem = header_problem(str(name), text)
-                if problem:
-                    self.problem(f"{path}.{name}", problem)
-                else:
-                    out[str(name)] = str(text)
-            return out
-        raise AssertionError(f"unknown key kind {kind!r}")  # a bug in the dataclass
-
-    def number(
-        self,
-        path: str,
-        *,
-        minimum: float = 0.0,
-        exclusive: bool = True,
-        integer: bool = False,
-        maximum: float | None = None,
-    ) -> float:
-        value = self.get(path)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.problem(path, f"expected a number, got {value!r}")
-            return 1.0
-        if integer and not (isinstance(value, int) or float(value).is_integer()):
-            self.problem(path, f"expected a whole number, got {value!r}")
-            return 1.0
-        if (value <= minimum) if exclusive else (value < minimum):
-            relation = "greater than" if exclusive else "at least"
-            self.problem(path, f"must be {relation} {minimum:g}, got {value!r}")
-            return 1.0
-        if maximum is not None and value > maximum:
-            self.problem(path, f"must be at most {maximum:g}, got {value!r}")
-            return 1.0
-        return float(value)
-
-    def integer(self, path: str, minimum: int = 1, maximum: float | None = None) -> int:
-        return int(
-            self.number(path, minimum=minimum, exclusive=False, integer=True, maximum=maximum)
-        )
-
-    def flag(self, path: str) -> bool:
-        value = self.get(path)
-        if not isinstance(value, bool):
-            self.problem(path, f"expected true or false, got {value!r}")
-            return False
-        return value
-
-    def text(self, path: str, *, optional: bool = False) -> str | None:
-        value = self.get(path)
-        if value is None:
-            if not optional:
-                self.problem(path, "is required")
-            return None
-        if not isinstance(value, str | Path) or not str(value).strip():
-            self.problem(path, f"expected a non-empty string, got {value!r}")
-            return None
-        return str(value).strip()
-
-    def choice(self, path: str, choices: tuple[str, ...]) -> str:
-        value = self.text(path) or choices[0]
-        if value not in choices:
-            self.problem(path, f"must be one of {', '.join(choices)}, got {value!r}")
-            return choices[0]
-        return value
-
-    def file(self, path: str) -> Path | None:
-        """An optional path to a readable, non-empty file."""
-        value = self.text(path, optional=True)
-        if value is None:
-            return None
-        file = Path(value).expanduser()
-        try:
-            if file.stat().st_size == 0:
-                self.problem(path, f"{file} is empty")
-            with file.open("rb"):
-                pass
-        except OSError as e:
-            self.problem(path, f"cannot read {file}: {e.strerror or e}")
-        return file
-
-    def address(self, path: str, *, optional: bool = False) -> str | None:
-        value = self.text(path, optional=optional)
-        if value is None:
-            return None
-        try:
-            parse_host_port(value)
-        except ValueError as e:
-            self.problem(path, str(e))
-        return value
