@@ -38,7 +38,7 @@ class EvaluationLogs:
     """`send(records)` for the grader; `start` / `shutdown(timeout_s)` for the service."""
 
     def __init__(self, forward: ForwardConfig, target: Mapping[str, Any]) -> None:
-        """`target`: where the telemetry goes (`service.telemetry_target`: endpoint,
+        """`target`: where the telemetry goes (`targets.telemetry_target`: endpoint,
         protocol, timeout_s, headers, tls)."""
 
         protocol = resolve_protocol("logs", target.get("protocol"))
