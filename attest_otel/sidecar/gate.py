@@ -10,7 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from attest_otel.grade import rules
-from attest_otel.model import Run
+from attest_otel.grade.grader import grade
+from attest_otel.model import CheckResult, Run
+from attest_otel.sidecar.stats import SidecarStats
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +86,16 @@ class ModelGate:
             self._used += calls
             self.admitted += 1
         return True
+
+
+def run_grader(gate: ModelGate | None, stats: SidecarStats) -> Callable[[Run], CheckResult]:
+    """Grades one run, with the model when the gate admits it (its budget and sampling)."""
+
+    def grade_run(run: Run) -> CheckResult:
+        if gate is not None and gate.admit(run):
+            with gate.semaphore:
+                stats.add(model_runs=1)
+                return grade(run, judge=gate.judge, appropriate=gate.appropriate)
+        return grade(run, judge=None)
+
+    return grade_run

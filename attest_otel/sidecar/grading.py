@@ -43,7 +43,7 @@ from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.policy import load_policy
 from attest_otel.sidecar.buffer import HeldTrace
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
-from attest_otel.sidecar.gate import ModelGate
+from attest_otel.sidecar.gate import ModelGate, run_grader
 from attest_otel.sidecar.quarantine import Quarantine
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import append_to_spans, iter_resource_spans
@@ -87,19 +87,6 @@ class ProcessPool(Protocol):
     ) -> list[Any]: ...
 
     def oldest_s(self) -> float: ...
-
-
-def run_grader(gate: ModelGate | None, stats: SidecarStats) -> Callable[[Run], CheckResult]:
-    """Grades one run, with the model when the gate admits it (its budget and sampling)."""
-
-    def grade_run(run: Run) -> CheckResult:
-        if gate is not None and gate.admit(run):
-            with gate.semaphore:
-                stats.add(model_runs=1)
-                return grade(run, judge=gate.judge, appropriate=gate.appropriate)
-        return grade(run, judge=None)
-
-    return grade_run
 
 
 class TraceGrader:

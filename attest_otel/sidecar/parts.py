@@ -32,8 +32,8 @@ from attest_otel.sidecar.config import ServiceConfig, read_token
 from attest_otel.sidecar.durable import BufferDir
 from attest_otel.sidecar.evaluation_logs import EvaluationLogs
 from attest_otel.sidecar.forward import Forwarder, make_log_sender, make_metrics_sender
-from attest_otel.sidecar.gate import ModelGate
-from attest_otel.sidecar.grading import TraceGrader, run_grader
+from attest_otel.sidecar.gate import ModelGate, run_grader
+from attest_otel.sidecar.grading import TraceGrader
 from attest_otel.sidecar.grading_pool import GradingPool, OfflineGrading
 from attest_otel.sidecar.http_receiver import HttpReceiver
 from attest_otel.sidecar.lifecycle import Hook, Part
@@ -127,8 +127,13 @@ def build_parts(
         EvaluationLogs(fwd, telemetry_target(config)) if config.telemetry.logs else None
     )
     send_logs = evaluation_logs.send if evaluation_logs is not None else None
-    quarantine = buffer_dir.quarantine if config.buffer.dir is not None else None
-    offline = OfflineGrading(grading, config.content, enabled=gate is None, quarantine=quarantine)
+    quarantine = buffer_dir.quarantine  # without a buffer dir: kept in memory only
+    offline = OfflineGrading(
+        grading,
+        config.content,
+        enabled=gate is None,
+        quarantine=quarantine if config.buffer.dir is not None else None,
+    )
     token = TokenCheck(read_token(rc.auth_token_file)) if rc.auth_token_file else None
     regrader = Regrader(  # late spans: the trace graded again
         policy=policy,
