@@ -27,6 +27,7 @@ from attest_otel._proto.attest_otel.v1 import grader_pb2_grpc
 from attest_otel.grade.questions import Judge
 from attest_otel.policy import Policy
 from attest_otel.sidecar.api import GraderApi
+from attest_otel.sidecar.bounded import InProcessBudget
 from attest_otel.sidecar.buffer import HeldTrace, SpanFacts, TraceBuffer
 from attest_otel.sidecar.config import ServiceConfig, read_token
 from attest_otel.sidecar.durable import BufferDir
@@ -135,6 +136,9 @@ def build_parts(
         quarantine=quarantine if config.buffer.dir is not None else None,
     )
     token = TokenCheck(read_token(rc.auth_token_file)) if rc.auth_token_file else None
+    # Grading in this process (model checks on, or no grading processes) has its own time
+    # budget, shared by first grades and regrades (`bounded`).
+    here = InProcessBudget(grading.model.budget_s if gate is not None else grading.budget_s)
     regrader = Regrader(  # late spans: the trace graded again
         policy=policy,
         grade_run=run_grader(gate, stats),
@@ -145,6 +149,7 @@ def build_parts(
         pool=offline,
         send_logs=send_logs,
         authenticated=token is not None,  # an authenticated sender, not a self-declared name
+        here=here,
     )
     watch = PolicyWatch(policy) if policy is not None else None
 
@@ -173,6 +178,7 @@ def build_parts(
         log_forwarder=log_forwarder,
         quarantine=quarantine,
         saw_agent=watch.saw if watch is not None else None,
+        here=here,
     )
     # A quarter of a second of queued grading keeps the grading processes busy while a
     # graded span waits little past the grace (bench_sidecar.py's delay rows).
@@ -223,11 +229,13 @@ def build_parts(
         else None
     )
     api = GraderApi(
-        grade_run=grader.grade_run,
+        grade_run=grader.grade_run_bounded,
         store=lambda: store.opened if store is not None else None,
         policy=policy,
         content=config.content,
+        model_reasons=0 if gate is None else 2 if gate.appropriate else 1,
         max_concurrent=rc.grader_workers,
+        max_request_bytes=rc.grpc_max_recv_bytes,
     )
 
     def add_grader_api(server: Any) -> None:
