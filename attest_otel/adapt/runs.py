@@ -50,6 +50,7 @@ from attest_otel.adapt.matching import (
     model_calls,
     to_tool_call,
 )
+from attest_otel.adapt.mixed import read_unclaimed
 from attest_otel.adapt.span_policy import from_span
 from attest_otel.adapt.tree import CALLS, Node, RunBuild, depths, run_builds, up
 from attest_otel.adapt.witness import from_models
@@ -279,6 +280,12 @@ class _Trace:
         if unreadable:
             anomalies[guard.UNREADABLE_SPANS] = unreadable
         roots = guard.link(nodes, anomalies)
+        if not generic:
+            taken, failed = read_unclaimed(nodes.values(), self.settings.hydrate)
+            if failed:
+                anomalies[guard.UNREADABLE_SPANS] = unreadable + failed
+            if taken and GENERIC.name not in dialects:
+                dialects.append(GENERIC.name)
         guard.number(nodes.values(), roots)
         if (
             generic
