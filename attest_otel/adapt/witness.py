@@ -57,12 +57,16 @@ def from_models(
     requests: list[_Request] = []
     seen: set[str] = set()
     outputs_captured = True
+    replies: dict[str, ToolReply] = {}
     for group in groups:
         out = group.part(OUTPUT, logs)
         if out is None:
             outputs_captured = False
             continue
         for msg in out:
+            # One model span around a whole loop records the results it was given in its
+            # output too (issue 25, class 6): nothing later repeats them.
+            _collect_replies(msg, replies)
             for req in msg.tool_calls:
                 if req.call_id is not None:
                     if req.call_id in seen:
@@ -82,7 +86,6 @@ def from_models(
                         seen.add(req.call_id)
                     requests.append(_Request(req, when, len(requests), build.node))
         outputs_captured = outputs_captured or bool(requests)
-    replies: dict[str, ToolReply] = {}
     if not outputs_captured:
         # Requests only in the history: read every input, oldest first, for their order.
         prev: ModelCall | None = None

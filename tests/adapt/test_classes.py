@@ -29,7 +29,9 @@ from tests.adapt.test_witness import (
 # --------------------------------------------------------------------------- class 5
 
 
-def _acme_tool(t: Trace, parent: Span, start: int, name: str, args: Any, out: Any, **kw: Any) -> Span:
+def _acme_tool(
+    t: Trace, parent: Span, start: int, name: str, args: Any, out: Any, **kw: Any
+) -> Span:
     return t.span(
         f"{name}.tool",
         {"acme.kind": "tool", "acme.input": js(args), "acme.output": js(out)},
@@ -50,5 +52,145 @@ def test_tool_spans_of_another_vocabulary_beside_a_dialects_agent_and_model_span
     run = t.run()
     assert run.agent == "billing"
     (call,) = calls(run)
-    assert (call.name, call.arguments, call.output) == ("lookup_order", {"order_id": 42}, "total 19.5")
+    assert (call.name, call.arguments, call.output) == (
+        "lookup_order",
+        {"order_id": 42},
+        "total 19.5",
+    )
     assert not run.gaps
+
+
+# --------------------------------------------------------------------------- class 6
+
+
+def _invoke(t: Trace, name: str, parent: Span | None, start: int, end: int, **attrs: Any) -> Span:
+    return t.span(
+        f"invoke_agent {name}",
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name, **attrs},
+        parent=parent,
+        start=start,
+        end=end,
+    )
+
+
+def test_a_sub_agent_whose_spans_carry_the_parents_name_is_its_own_run() -> None:
+    """The sub-agent's `invoke_agent researcher` span carries `gen_ai.agent.name = billing`
+    (the parent's, copied down through context); its own name is in the span name."""
+    t = Trace()
+    parent = _invoke(t, "billing", None, 0, 100, **{"gen_ai.input.messages": js([USER])})
+    ask = _parts_call("call_1", "research", {"q": "order 42"})
+    _chat(t, parent, 1, [USER], [ask])
+    tool = _tool(t, parent, 10, "research", {"gen_ai.tool.call.id": "call_1"})
+    tool.end_ns = 60 * 1_000_000
+    child = t.span(
+        "invoke_agent researcher",
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "billing"},
+        parent=tool,
+        start=11,
+        end=59,
+    )
+    q = {"role": "user", "parts": [_text("order 42")]}
+    look = _parts_call("call_2", "lookup_order", {"order_id": 42})
+    _chat(t, child, 12, [q], [look])
+    _tool(
+        t,
+        child,
+        20,
+        "lookup_order",
+        {"gen_ai.tool.call.id": "call_2", "gen_ai.tool.call.result": "19.5"},
+    )
+    _chat(t, child, 30, [q, _asked(look), _told("call_2", "19.5")], [_text("It costs 19.5.")])
+    _chat(t, parent, 70, [USER, _asked(ask), _told("call_1", "It costs 19.5.")], [_text("19.5.")])
+    runs = {r.agent: r for r in t.runs()}
+    assert sorted(runs) == ["billing", "researcher"]
+    assert names(runs["billing"]) == ["research"]
+    assert names(runs["researcher"]) == ["lookup_order"]
+
+
+def test_one_model_span_around_a_multi_step_run_is_not_one_model_call() -> None:
+    """A `chat` span that covers the whole loop, with the per-step `chat` spans and the tool
+    spans inside it: the steps are the model calls, and the calls are read once."""
+    t = Trace()
+    agent = _agent(t)
+    look = _parts_call("call_1", "lookup_order", {"order_id": 42})
+    charge = _parts_call("call_2", "charge_card", {"order_id": 42})
+    h2 = [USER, _asked(look), _told("call_1", "total 19.5")]
+    h3 = [*h2, _asked(charge), _told("call_2", "Error: declined")]
+    outer = _chat(t, agent, 1, [USER], [_text("The charge was declined.")])
+    outer.end_ns = 90 * 1_000_000
+    _chat(t, outer, 2, [USER], [look])
+    _tool(t, outer, 8, "lookup_order", {})
+    _chat(t, outer, 12, h2, [charge])
+    _tool(t, outer, 18, "charge_card", {})
+    _chat(t, outer, 30, h3, [_text("The charge was declined.")])
+    run = t.run()
+    look_call, charge_call = calls(run)
+    assert (look_call.call_id, look_call.output) == ("call_1", "total 19.5")
+    assert (charge_call.call_id, charge_call.output) == ("call_2", "Error: declined")
+    assert run.final_answer == "The charge was declined."
+    assert not run.gaps
+
+
+def test_one_model_span_alone_around_a_multi_step_run_reads_its_whole_conversation() -> None:
+    """No per-step model spans: the one model span's output is the whole exchange after the
+    task (the requests, the results, the answer); the tool spans inside it have no ids."""
+    t = Trace()
+    agent = _agent(t)
+    look = _parts_call("call_1", "lookup_order", {"order_id": 42})
+    charge = _parts_call("call_2", "charge_card", {"order_id": 42})
+    t.span(
+        "chat gpt-4o-mini",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.input.messages": js([USER]),
+            "gen_ai.output.messages": js(
+                [
+                    _asked(look),
+                    _told("call_1", "total 19.5"),
+                    _asked(charge),
+                    _told("call_2", "Error: declined"),
+                    {"role": "assistant", "parts": [_text("The charge was declined.")]},
+                ]
+            ),
+        },
+        parent=agent,
+        start=1,
+        end=90,
+    )
+    _tool(t, agent, 8, "lookup_order", {})
+    run = t.run()
+    assert [(c.name, c.call_id, c.output) for c in calls(run)] == [
+        ("lookup_order", "call_1", "total 19.5"),
+        ("charge_card", "call_2", "Error: declined"),
+    ]
+    assert run.final_answer == "The charge was declined."
+
+
+def test_a_sub_agent_beside_the_tool_span_that_called_it_is_that_calls_run() -> None:
+    """`invoke_agent researcher` is a sibling of `execute_tool research` (both children of
+    the parent agent), not its child: still the call's nested run, the call answered by it."""
+    t = Trace()
+    parent = _invoke(t, "billing", None, 0, 100, **{"gen_ai.input.messages": js([USER])})
+    ask = _parts_call("call_1", "research", {"q": "order 42"})
+    _chat(t, parent, 1, [USER], [ask])
+    _tool(t, parent, 10, "research", {"gen_ai.tool.call.id": "call_1"})
+    child = _invoke(t, "researcher", parent, 11, 59)
+    q = {"role": "user", "parts": [_text("order 42")]}
+    look = _parts_call("call_2", "lookup_order", {"order_id": 42})
+    _chat(t, child, 12, [q], [look])
+    _tool(
+        t,
+        child,
+        20,
+        "lookup_order",
+        {"gen_ai.tool.call.id": "call_2", "gen_ai.tool.call.result": "19.5"},
+    )
+    _chat(t, child, 30, [q, _asked(look), _told("call_2", "19.5")], [_text("It costs 19.5.")])
+    _chat(t, parent, 70, [USER, _asked(ask)], [_text("19.5.")])
+    runs = {r.agent: r for r in t.runs()}
+    assert sorted(runs) == ["billing", "researcher"]
+    (research,) = calls(runs["billing"])
+    assert (research.name, research.output) == ("research", "It costs 19.5.")
+    assert names(runs["researcher"]) == ["lookup_order"]
+    assert not runs["billing"].gaps
