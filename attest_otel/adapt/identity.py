@@ -25,6 +25,7 @@ from attest_otel.adapt.tree import Node, RunBuild
 
 __all__ = ["own_name", "sibling_call", "step_models"]
 
+
 def own_name(build: RunBuild, name: str) -> str:
     """The run's agent name, or, when an enclosing run's agent has the same name (inherited,
     not its own), the name its span gives itself, if that differs."""

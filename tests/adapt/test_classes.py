@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from attest_otel.model import Span
-from tests.adapt.spans import Trace, calls, event, js, names
+from attest_otel.adapt import witness
+from attest_otel.grade.grader import grade
+from attest_otel.model import STATUS_OK, Span
+from tests.adapt.spans import Trace, calls, js, names
 from tests.adapt.test_witness import (
-    TASK,
     USER,
     _agent,
     _asked,
@@ -24,7 +25,6 @@ from tests.adapt.test_witness import (
     _told,
     _tool,
 )
-
 
 # --------------------------------------------------------------------------- class 5
 
@@ -194,3 +194,94 @@ def test_a_sub_agent_beside_the_tool_span_that_called_it_is_that_calls_run() -> 
     assert (research.name, research.output) == ("research", "It costs 19.5.")
     assert names(runs["researcher"]) == ["lookup_order"]
     assert not runs["billing"].gaps
+
+
+# --------------------------------------------------------------------------- disagreements
+
+
+def _reason(run: Any, step: int = 0) -> str:
+    result = grade(run, judge=None)
+    return next(f.reason for f in result.findings if f.step == step)
+
+
+def test_a_span_that_shows_no_error_for_a_result_the_model_was_told_failed() -> None:
+    t = Trace()
+    agent = _agent(t)
+    ask = _parts_call("call_1", "charge_card", {"order_id": 42})
+    _chat(t, agent, 1, [USER], [ask])
+    _tool(t, agent, 7, "charge_card", {"gen_ai.tool.call.id": "call_1"}, status=STATUS_OK)
+    told = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "call_1",
+                "content": "declined",
+                "is_error": True,
+            }
+        ],
+    }
+    _chat(t, agent, 20, [USER, _asked(ask), told], [_text("It was declined.")])
+    run = t.run()
+    (call,) = calls(run)
+    assert call.is_error is True and call.disagreement == witness.TOLD_ERROR
+    assert witness.TOLD_ERROR in _reason(run)
+
+
+def test_a_span_whose_arguments_differ_from_the_request_says_which() -> None:
+    t = Trace()
+    agent = _agent(t)
+    ask = _parts_call("call_1", "charge_card", {"order_id": 42, "amount": 19.5})
+    _chat(t, agent, 1, [USER], [ask])
+    _tool(
+        t,
+        agent,
+        7,
+        "charge_card",
+        {
+            "gen_ai.tool.call.id": "call_1",
+            "gen_ai.tool.call.arguments": js({"order_id": 43, "amount": 19.5, "currency": "EUR"}),
+            "gen_ai.tool.call.result": "charged",
+        },
+    )
+    _chat(t, agent, 20, [USER, _asked(ask), _told("call_1", "charged")], [_text("Charged.")])
+    run = t.run()
+    (call,) = calls(run)
+    assert call.disagreement == "Its span's arguments differ from the model's request in order_id."
+    assert "order_id" in _reason(run)
+
+
+def test_a_tool_span_no_request_asked_for_is_a_call_that_says_so() -> None:
+    t = Trace()
+    agent = _agent(t)
+    look = _parts_call("call_1", "lookup_order", {"order_id": 42})
+    _chat(t, agent, 1, [USER], [look])
+    _tool(t, agent, 7, "lookup_order", {"gen_ai.tool.call.id": "call_1"})
+    _tool(t, agent, 9, "refund", {"gen_ai.tool.call.result": "refunded"})
+    _chat(t, agent, 20, [USER, _asked(look), _told("call_1", "19.5")], [_text("19.5.")])
+    run = t.run()
+    look_call, refund = calls(run)
+    assert (look_call.disagreement, refund.disagreement) == (None, witness.NOT_ASKED)
+    assert witness.NOT_ASKED in _reason(run, 1)
+
+
+def test_witnesses_that_agree_leave_no_note() -> None:
+    t = Trace()
+    agent = _agent(t)
+    look = _parts_call("call_1", "lookup_order", {"order_id": 42})
+    _chat(t, agent, 1, [USER], [look])
+    _tool(
+        t,
+        agent,
+        7,
+        "lookup_order",
+        {
+            "gen_ai.tool.call.id": "call_1",
+            "gen_ai.tool.call.arguments": js({"order_id": 42}),
+            "gen_ai.tool.call.result": "19.5",
+        },
+    )
+    _chat(t, agent, 20, [USER, _asked(look), _told("call_1", "19.5")], [_text("19.5.")])
+    run = t.run()
+    assert [c.disagreement for c in calls(run)] == [None]
+    assert _reason(run) == "The tool was allowed and returned no error."
