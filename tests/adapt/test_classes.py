@@ -60,6 +60,42 @@ def test_tool_spans_of_another_vocabulary_beside_a_dialects_agent_and_model_span
     assert not run.gaps
 
 
+def test_the_generic_reader_leaves_a_dialects_calls_and_their_insides_alone() -> None:
+    """A framework's `Tool.run` span around the instrumented `execute_tool` span is its
+    wrapper, and the decorator's span inside it is part of it: one call, not three."""
+    t = Trace()
+    agent = _agent(t)
+    look = _parts_call("call_1", "lookup_order", {"order_id": 42})
+    _chat(t, agent, 1, [USER], [look])
+    wrapper = t.span("lookup_order", {"acme.kind": "tool"}, parent=agent, start=6, end=14)
+    inner = _tool(
+        t,
+        wrapper,
+        7,
+        "lookup_order",
+        {"gen_ai.tool.call.id": "call_1", "gen_ai.tool.call.result": "total 19.5"},
+    )
+    _acme_tool(t, inner, 8, "lookup_order", {"order_id": 42}, "total 19.5")
+    _chat(t, agent, 20, [USER, _asked(look), _told("call_1", "total 19.5")], [_text("19.5.")])
+    traced = t.traces()[0]
+    (run,) = traced.runs
+    assert [(c.name, c.span_id) for c in calls(run)] == [("lookup_order", inner.span_id)]
+    assert "generic" not in traced.dialects
+
+
+def test_a_tool_error_only_the_span_of_another_vocabulary_shows_is_an_error() -> None:
+    t = Trace()
+    agent = _agent(t)
+    charge = _parts_call("call_1", "charge_card", {"order_id": 42})
+    _chat(t, agent, 1, [USER], [charge])
+    _acme_tool(t, agent, 7, "charge_card", {"order_id": 42}, "ok", error="card declined")
+    _chat(t, agent, 20, [USER, _asked(charge), _told("call_1", "ok")], [_text("Charged.")])
+    traced = t.traces()[0]
+    (call,) = calls(traced.runs[0])
+    assert (call.name, call.is_error) == ("charge_card", True)
+    assert traced.dialects == ["genai", "generic"]
+
+
 # --------------------------------------------------------------------------- class 6
 
 
