@@ -6,10 +6,11 @@ their own attribute names: `acme.kind = "tool"`, `mlflow.spanType = "TOOL"`, a s
 a span name that says tool / agent / llm, argument and result attributes under the usual
 names, an error flag or an exception event. This reader works from that vocabulary alone.
 
-It is last in line, and per trace (see `runs`): it reads a trace only when no dialect module
-found an agent, tool or handoff span in it, so nothing a dialect module reads can change. Every
-span it reads carries the dialect name `generic`, which the output and `inspect` show, so
-nobody mistakes a guess for a dialect.
+It is last in line: it reads every unclaimed span of a trace in which no dialect module found
+an agent, tool or handoff span (`runs`), and in a trace a dialect did read, the unclaimed spans
+outside and around nothing a dialect read (`mixed`), so nothing a dialect module reads can
+change. Every span it reads carries the dialect name `generic`, which the output and `inspect`
+show, so nobody mistakes a guess for a dialect.
 """
 
 from __future__ import annotations
