@@ -143,6 +143,41 @@ def test_a_sub_agent_whose_spans_carry_the_parents_name_is_its_own_run() -> None
     assert names(runs["researcher"]) == ["lookup_order"]
 
 
+def test_a_sub_agent_whose_traceloop_entity_name_is_the_parents_is_its_own_run() -> None:
+    """OpenLLMetry: `researcher.agent` inside `billing.agent`'s tool, both carrying
+    `traceloop.entity.name = billing`."""
+    t = Trace()
+
+    def agent(name: str, parent: Span | None, start: int, end: int) -> Span:
+        return t.span(
+            f"{name}.agent",
+            {"traceloop.span.kind": "agent", "traceloop.entity.name": "billing"},
+            parent=parent,
+            start=start,
+            end=end,
+        )
+
+    def tool(name: str, parent: Span, start: int, end: int) -> Span:
+        return t.span(
+            f"{name}.tool",
+            {
+                "traceloop.span.kind": "tool",
+                "traceloop.entity.name": name,
+                "traceloop.entity.output": js("done"),
+            },
+            parent=parent,
+            start=start,
+            end=end,
+        )
+
+    parent = agent("billing", None, 0, 100)
+    research = tool("research", parent, 10, 60)
+    child = agent("researcher", research, 11, 59)
+    tool("lookup_order", child, 20, 22)
+    runs = {r.agent: names(r) for r in t.runs()}
+    assert runs == {"billing": ["research"], "researcher": ["lookup_order"]}
+
+
 def test_one_model_span_around_a_multi_step_run_is_not_one_model_call() -> None:
     """A `chat` span that covers the whole loop, with the per-step `chat` spans and the tool
     spans inside it: the steps are the model calls, and the calls are read once."""
