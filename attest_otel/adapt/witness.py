@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import KeysView
 from dataclasses import dataclass, replace
+from typing import Any
 
 from attest_otel.adapt import guard
 from attest_otel.adapt.base import (
@@ -26,6 +28,7 @@ from attest_otel.adapt.base import (
     ToolRequest,
     captured,
     loads_lenient,
+    python_literal,
 )
 from attest_otel.adapt.matching import Call, ModelCall
 from attest_otel.adapt.tree import Logs, Node, RunBuild
@@ -560,15 +563,34 @@ def _disagreements(calls: list[Call], requests: list[ToolRequest]) -> None:
             _note(call, NOT_ASKED)
 
 
+def _arguments_found(value: Any, keys: KeysView[Any]) -> dict[Any, Any] | None:
+    """The dict in a span's arguments that holds the request's: the arguments themselves, or
+    one level down in a framework's envelope (`{"args": [], "kwargs": {...}}`, `{"input":
+    {...}, "options": null}`, a Python repr under `input_str`)."""
+    if not isinstance(value, dict):
+        return None
+    if not keys.isdisjoint(value):
+        return value
+    for inner in value.values():
+        if isinstance(inner, str):
+            inner = python_literal(inner)  # JSON, else a Python repr
+        if isinstance(inner, dict) and not keys.isdisjoint(inner):
+            return inner
+    return None
+
+
 def _compare_arguments(call: Call, req: ToolRequest) -> None:
     """Notes the argument names whose values the span and the request give differently (a
     span may add defaults: keys only it has are no disagreement); names, not values, since
     values are content."""
     if not call.args_captured or call.node is None:
         return
-    ran, asked = loads_lenient(call.arguments), loads_lenient(req.arguments)
-    if not isinstance(ran, dict) or not isinstance(asked, dict) or ran is asked:
+    asked = loads_lenient(req.arguments)
+    if not isinstance(asked, dict) or not asked or call.arguments is req.arguments:
         return
+    ran = _arguments_found(loads_lenient(call.arguments), asked.keys())
+    if ran is None:
+        return  # no record of these arguments in a shape we know: nothing to compare
     differ = [
         str(key)
         for key, value in asked.items()

@@ -356,3 +356,31 @@ def test_witnesses_that_agree_leave_no_note() -> None:
     run = t.run()
     assert [c.disagreement for c in calls(run)] == [None]
     assert _reason(run) == "The tool was allowed and returned no error."
+
+
+def test_arguments_in_a_frameworks_envelope_are_compared_inside_it() -> None:
+    """`{"args": [], "kwargs": {...}}` (a decorator), `{"input": {...}}`, a Python repr under
+    `input_str`: the request's arguments are looked for one level down."""
+
+    def note(recorded: Any) -> str | None:
+        t = Trace()
+        agent = _agent(t)
+        ask = _parts_call("call_1", "charge_card", {"order_id": 42})
+        _chat(t, agent, 1, [USER], [ask])
+        attrs = {
+            "gen_ai.tool.call.id": "call_1",
+            "gen_ai.tool.call.arguments": js(recorded),
+            "gen_ai.tool.call.result": "charged",
+        }
+        _tool(t, agent, 7, "charge_card", attrs)
+        _chat(t, agent, 20, [USER, _asked(ask), _told("call_1", "charged")], [_text("Done.")])
+        (call,) = calls(t.run())
+        return call.disagreement
+
+    assert note({"args": [], "kwargs": {"order_id": 42}}) is None
+    assert note({"input": {"order_id": 42}, "options": None}) is None
+    assert note({"input_str": "{'order_id': 42}", "tags": []}) is None
+    assert note({"unrelated": 1}) is None  # nothing to compare
+    differs = "Its span's arguments differ from the model's request in order_id."
+    assert note({"args": [], "kwargs": {"order_id": 43}}) == differs
+    assert note({"input_str": "{'order_id': 7}"}) == differs
