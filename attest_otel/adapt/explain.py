@@ -11,35 +11,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from attest_otel.adapt import registry
 from attest_otel.adapt.base import Role
 from attest_otel.adapt.tree import Node, RunBuild
 from attest_otel.model import Run
 
 __all__ = ["CAPTURE_SETTINGS", "RunGaps", "SpanReading", "capture_hints", "gaps", "readings"]
 
-CAPTURE_SETTINGS: dict[str, str] = {
-    "genai": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only (or span_and_event; "
-    "event_only puts content in log records only, so export logs too; with "
-    "opentelemetry-util-genai 1.x `true` is not a mode and captures nothing), or the "
-    "framework's own content switch",
-    "genai-old": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true for instrumentations "
-    "before opentelemetry-util-genai 1.x (event_only / span_and_event with it), and export "
-    "logs: content travels in log events",
-    "openinference": "unset OPENINFERENCE_HIDE_INPUTS / OPENINFERENCE_HIDE_OUTPUTS (and the "
-    "TraceConfig hide_* options)",
-    "openllmetry": "TRACELOOP_TRACE_CONTENT=true",
-    "vercel": "experimental_telemetry: {recordInputs: true, recordOutputs: true}",
-    "vercel-genai": "experimental_telemetry: {recordInputs: true, recordOutputs: true}",
-    "pydantic-ai": "InstrumentationSettings(include_content=True)",
-    "strands": "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental keeps content on spans",
-    "adk": "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=true (ADK 2.x: "
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only; `true` means event_only, "
-    "content in log records)",
-    "langsmith": "LANGSMITH_HIDE_INPUTS / LANGSMITH_HIDE_OUTPUTS unset",
-    "generic": "the framework's own content or tracing switch (a dialect file can name where "
-    "it keeps content)",
-}
-"""Per dialect, the setting that makes its instrumentation record content."""
+CAPTURE_SETTINGS: dict[str, str] = {}
+"""Per dialect, the setting that makes its instrumentation record content: each dialect's
+`DialectSpec.capture`, updated in place when a dialect registers."""
+
+
+def _rebuild() -> None:
+    CAPTURE_SETTINGS.clear()
+    CAPTURE_SETTINGS.update(registry.markers().capture)
+
+
+registry.watch(_rebuild)
 
 
 @dataclass(slots=True)
