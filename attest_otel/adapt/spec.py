@@ -70,6 +70,19 @@ class DialectSpec:
         if any(not m for m in (*self.key_prefixes, *self.name_prefixes, *self.scope_markers)):
             raise ValueError(f"dialect spec {self.name!r}: an empty marker would match anything")
 
+    def covers(self, name: str, keys: Iterable[str], scope_name: str = "") -> bool:
+        """Whether this declaration alone marks a span as a candidate: the plain statement
+        of what `ingest.candidate` computes, fast, for the union. Each spec must cover every
+        span its own reader claims, so a dialect never leans on another's markers."""
+        low = scope_name.lower()
+        return (
+            name.startswith(self.name_prefixes)
+            or name.endswith(self.name_suffixes)
+            or low in (s.lower() for s in self.scopes)
+            or any(m in low for m in self.scope_markers)
+            or any(k.startswith(self.key_prefixes) for k in keys)
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Markers:

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from attest_otel.adapt import Role, detect, registry
@@ -240,3 +242,51 @@ def test_every_built_in_reader_is_declared_once_in_detection_order() -> None:
     assert [d.name for d in registry.readers()] == names
     assert names[0] == "openinference" and names[-2:] == ["genai", "genai-old"]
     assert all(s.capture for s in registry.BUILTIN), "each built-in says how to capture content"
+
+
+TRACES = REPO / "tests" / "fixtures" / "traces"
+
+
+def test_each_built_in_declaration_covers_every_span_its_reader_claims_in_the_fixtures() -> None:
+    """Per dialect, not just the union: a marker removed from one declaration because some
+    other dialect's happens to cover it today would break when that one changes."""
+    by_name = {s.name: s for s in registry.specs()}
+    claimed_by: dict[str, int] = {}
+    for path in sorted(TRACES.glob("*.json")):
+        if path.name.endswith(".labels.json"):
+            continue
+        for span in decode_bytes(path.read_bytes(), lazy=False).spans:
+            hit = detect(span)
+            if hit is None:
+                continue
+            spec = by_name[hit[0].name]
+            claimed_by[spec.name] = claimed_by.get(spec.name, 0) + 1
+            assert spec.covers(span.name, span.attributes, span.scope_name), (
+                f"{path.name}: {spec.name} claims {span.name!r} but does not declare it"
+            )
+    # the fixtures exercise the built-ins (the assertion above is not vacuous)
+    assert {"openinference", "openllmetry", "vercel", "adk", "pydantic-ai", "strands"} <= set(
+        claimed_by
+    ), claimed_by
+
+
+_M = registry.markers()
+_MARKERS = sorted(
+    {*_M.key_prefixes, *_M.name_prefixes, *_M.name_suffixes, *_M.scopes, *_M.scope_markers}
+)
+_text = st.text(alphabet="abcdefghilmnoprstuvwxyz_.:/ ATF", max_size=12)
+_words = st.one_of(
+    _text,
+    st.builds(lambda a, m, b: a + m + b, _text, st.sampled_from(_MARKERS), _text),
+    st.sampled_from(_MARKERS).map(str.upper),
+)
+"""Text around the markers themselves, so both answers come up often."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=_words, keys=st.lists(_words, max_size=4), scope=_words)
+def test_the_fast_candidate_test_is_the_union_of_the_declarations(
+    name: str, keys: list[str], scope: str
+) -> None:
+    expected = any(s.covers(name, keys, scope) for s in registry.specs())
+    assert is_genai_candidate(name, keys, scope) == expected
