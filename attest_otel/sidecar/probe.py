@@ -24,7 +24,7 @@ GenAI's `gen_ai.operation.name: invoke_agent`; `agent_span_names`, e.g. pydantic
 `agent run`), as it is encoded: the exact key and string value, or the exact span name, so
 a match is an agent span. Other conventions are found by decoding (`agent_probe`); the two
 answers agree on the fixtures (tests/sidecar)."""
-_AGENT_MARKS: tuple[bytes, ...] = ()
+AGENT_MARKS: tuple[bytes, ...] = ()
 """`AGENT_BYTES` as plain substrings: `in` runs memchr-fast, while the alternation has no
 common first byte and `re` tries it at every position (9 us a 1.6 KB span, the receiving
 process's largest cost per GenAI span)."""
@@ -46,17 +46,17 @@ def agent_marks(attributes: Iterable[tuple[str, str]], span_names: Iterable[str]
 
 
 def _rebuild() -> None:
-    global AGENT_BYTES, _AGENT_MARKS
+    global AGENT_BYTES, AGENT_MARKS
     m = registry.markers()
-    _AGENT_MARKS = tuple(agent_marks(m.agent_attributes, m.agent_span_names))
-    AGENT_BYTES = re.compile(b"|".join(re.escape(mark) for mark in _AGENT_MARKS) or b"(?!)")
+    AGENT_MARKS = tuple(agent_marks(m.agent_attributes, m.agent_span_names))
+    AGENT_BYTES = re.compile(b"|".join(re.escape(mark) for mark in AGENT_MARKS) or b"(?!)")
 
 
 registry.watch(_rebuild)
 
 
 def _is_agent_record(record: bytes) -> bool:
-    for mark in _AGENT_MARKS:  # noqa: SIM110 - a loop, not `any` over a generator
+    for mark in AGENT_MARKS:  # noqa: SIM110 - a loop, not `any` over a generator
         if mark in record:
             return True
     return False

@@ -169,7 +169,7 @@ def test_a_dialect_declared_in_one_module_is_decoded_detected_held_probed_and_hi
     held = HeldTrace(TRACE, bytearray(data), 1, 0, 0, 0, 0)
     assert probe.agent_probe(held, data, True, shape) == {AGENT}
     assert wire.EVENT_PREFIXES and any(p == b"toy." for p in wire.EVENT_PREFIXES)
-    assert any(b"toy." in m for m in probe._AGENT_MARKS)
+    assert any(b"toy." in m for m in probe.AGENT_MARKS)
 
     # the Collector's routing file would send it to the sidecar
     routing = _routing()
