@@ -9,10 +9,11 @@ not be read, with the setting that turns capture on for the instrumentation that
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from attest_otel.adapt import registry
-from attest_otel.adapt.base import Role
+from attest_otel.adapt.base import Dialect, Role
 from attest_otel.adapt.tree import Node, RunBuild
 from attest_otel.model import Run
 
@@ -114,8 +115,9 @@ def _left_out(node: Node) -> str:
     return "outside every run"
 
 
-def gaps(run: Run, dialects: list[str]) -> RunGaps:
-    """What content this run lacks, and how to turn its capture on."""
+def gaps(run: Run, dialects: list[str], declared: Sequence[Dialect] = ()) -> RunGaps:
+    """What content this run lacks, and how to turn its capture on (`declared`: the user's
+    dialects, whose files may say)."""
     out = RunGaps()
     if not run.task:
         out.missing.append("task")
@@ -129,11 +131,14 @@ def gaps(run: Run, dialects: list[str]) -> RunGaps:
     if unargued:
         out.missing.append(f"tool arguments ({unargued} of {len(calls)} calls)")
     if out.missing and not run.content_captured:
-        out.capture = capture_hints(dialects)
+        out.capture = capture_hints(dialects, declared)
     out.unread = bool(out.missing) and run.content_captured
     return out
 
 
-def capture_hints(dialects: list[str]) -> list[str]:
-    """`dialect: setting` for each dialect seen that has a content switch, first seen first."""
-    return [f"{d}: {CAPTURE_SETTINGS[d]}" for d in dialects if d in CAPTURE_SETTINGS]
+def capture_hints(dialects: list[str], declared: Sequence[Dialect] = ()) -> list[str]:
+    """`dialect: setting` for each dialect seen that has a content switch, first seen first:
+    a registered dialect's declaration, or a declared one's `capture:`."""
+    settings = {d.name: c for d in declared if (c := getattr(d, "capture", None))}
+    settings.update(CAPTURE_SETTINGS)  # a declared name never shadows a built-in one
+    return [f"{d}: {settings[d]}" for d in dialects if d in settings]

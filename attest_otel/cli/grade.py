@@ -213,7 +213,7 @@ def grade(
         warn.check()
     if not any(g.trace.runs for g in graded):
         raise InputError(str(file) if file is not None else source, "no agent runs to grade")
-    _print_traces(graded, as_json)
+    _print_traces(graded, as_json, loaded.dialects)
     if export:
         _export(
             graded,
@@ -225,7 +225,9 @@ def grade(
     exit_for([r for g in graded for r in g.results])
 
 
-def _print_traces(graded: Sequence[GradedTrace], as_json: bool) -> None:
+def _print_traces(
+    graded: Sequence[GradedTrace], as_json: bool, declared: Sequence[Any] = ()
+) -> None:
     from attest_otel.cli import render
 
     if as_json:
@@ -233,7 +235,7 @@ def _print_traces(graded: Sequence[GradedTrace], as_json: bool) -> None:
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     for g in graded:
-        click.echo(render.trace_block(g))
+        click.echo(render.trace_block(g, declared))
         click.echo()
     click.echo(render.totals([r for g in graded for r in g.results]))
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from attest_otel.adapt import TraceRuns
+from attest_otel.adapt import Dialect, TraceRuns
 from attest_otel.adapt.explain import SpanReading, gaps
 from attest_otel.cli.common import config_option
 from attest_otel.cli.sources import load_trace, trace_source_options
@@ -78,16 +78,17 @@ def inspect(
     traces = read(decoded.spans, decoded.logs, Reading(loaded or Policy.empty()), explain=True)
     if not traces:
         raise UsageError("no spans in the input")
+    declared = loaded.dialects if loaded is not None else ()
     if as_json:  # one document for the whole input, as `grade --json` prints
-        out = {"traces": [_as_dict(trace) for trace in traces]}
+        out = {"traces": [_as_dict(trace, declared) for trace in traces]}
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     for trace in traces:
         # Span names and content are the sender's: shown, never sent to the terminal.
-        click.echo(printable("\n".join(_lines(trace))))
+        click.echo(printable("\n".join(_lines(trace, declared))))
 
 
-def _as_dict(trace: TraceRuns) -> dict[str, Any]:
+def _as_dict(trace: TraceRuns, declared: Sequence[Dialect]) -> dict[str, Any]:
     return {
         "trace_id": trace.trace_id,
         "dialects": trace.dialects,
@@ -109,14 +110,14 @@ def _as_dict(trace: TraceRuns) -> dict[str, Any]:
                     for s in run.steps
                     if s.tool_call is not None
                 ],
-                **asdict(gaps(run, trace.dialects)),
+                **asdict(gaps(run, trace.dialects, declared)),
             }
             for run in trace.runs
         ],
     }
 
 
-def _lines(trace: TraceRuns) -> list[str]:
+def _lines(trace: TraceRuns, declared: Sequence[Dialect]) -> list[str]:
     from attest_otel.cli import render
 
     out = [f"trace {trace.trace_id}", f"  read as: {', '.join(trace.dialects) or 'nothing'}"]
@@ -136,7 +137,7 @@ def _lines(trace: TraceRuns) -> list[str]:
         answer = run.final_answer
         out.append(f"    answer: {_short(answer) if answer is not None else '(not captured)'}")
         out.append(f"    calls: {render.call_sequence([c.name for c in calls])}")
-        found = gaps(run, trace.dialects)
+        found = gaps(run, trace.dialects, declared)
         if found.missing:
             out.append(f"    missing: {', '.join(found.missing)}")
             out.extend(f"    turn capture on: {hint}" for hint in found.capture)
