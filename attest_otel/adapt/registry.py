@@ -66,6 +66,7 @@ GENERIC = DialectSpec(
         "agent",  # agent_name, agent.name, ...
         "tool_",  # tool_name, tool_input, ...
         "mcp.",  # MCP client and server spans (duplicates of a tool span)
+        "langfuse.",  # langfuse.observation.type / input / output
     ),
     name_prefixes=(
         "Agent",  # Logfire openai-agents `Agent run: ...`
@@ -93,6 +94,7 @@ GENERIC = DialectSpec(
         "mlflow",  # `mlflow.tracing.provider`
         "openlit",  # a failed tool span may carry no attribute at all
         "mcp",
+        "langfuse",  # `langfuse-sdk`
     ),
     capture="the framework's own content or tracing switch (a dialect file can name where "
     "it keeps content)",
