@@ -89,7 +89,7 @@ GENERIC = DialectSpec(
         "semantickernel",
         "semantic_kernel",
         "autogen",
-        "agents",
+        "agent",  # `agents` (openai-agents), and an app's own agent tracer (`billing.agent`)
         "haystack",
         "mlflow",  # `mlflow.tracing.provider`
         "openlit",  # a failed tool span may carry no attribute at all
