@@ -121,4 +121,5 @@ SPEC = DialectSpec(
     scope_markers=("langsmith",),
     key_prefixes=("langsmith.",),
     capture="LANGSMITH_HIDE_INPUTS / LANGSMITH_HIDE_OUTPUTS unset",
+    role_keys=("langsmith.span.kind", "langsmith.trace.id"),
 )

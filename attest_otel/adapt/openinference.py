@@ -358,5 +358,6 @@ SPEC = DialectSpec(
     event_prefixes=("llm.",),
     capture="unset OPENINFERENCE_HIDE_INPUTS / OPENINFERENCE_HIDE_OUTPUTS (and the "
     "TraceConfig hide_* options)",
+    role_keys=(KIND,),
     before_scopes=True,
 )

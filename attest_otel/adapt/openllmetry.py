@@ -212,4 +212,10 @@ SPEC = DialectSpec(
     # `{name}.tool` and the other decorator kinds; `openai.chat`, `cohere.completion`
     name_suffixes=(".tool", ".agent", ".workflow", ".task", ".chat", ".completion", ".embeddings"),
     capture="TRACELOOP_TRACE_CONTENT=true",
+    role_keys=(
+        "traceloop.span.kind",
+        "traceloop.entity.name",
+        "traceloop.workflow.name",
+        *_MARKERS,
+    ),
 )

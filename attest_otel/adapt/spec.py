@@ -57,6 +57,10 @@ class DialectSpec:
     them in a span's bytes without decoding it, to know early that a run is there."""
     agent_span_names: tuple[str, ...] = ()
     """Span names, exact, that make a span an agent span (the same byte test)."""
+    role_keys: tuple[str, ...] = ()
+    """Attribute keys that make a span this dialect's whatever else it carries (its own
+    span kind): a span showing one is not taken for another dialect's agent by the byte
+    test, and is decoded instead."""
     before_scopes: bool = False
     """Asked before the scope's own dialect: OpenInference, whose span processors copy its
     keys onto other frameworks' spans and mean them (docs/dialects.md, "Detection order")."""
@@ -97,6 +101,7 @@ class Markers:
     event_prefixes: tuple[str, ...] = ()
     agent_attributes: tuple[tuple[str, str], ...] = ()
     agent_span_names: tuple[str, ...] = ()
+    role_keys: tuple[str, ...] = ()
     capture: dict[str, str] = field(default_factory=dict)
     """Per dialect name, its capture setting."""
 
@@ -116,5 +121,6 @@ def union(specs: Iterable[DialectSpec]) -> Markers:
         event_prefixes=_unique(e for s in specs for e in s.event_prefixes),
         agent_attributes=_unique(a for s in specs for a in s.agent_attributes),
         agent_span_names=_unique(n for s in specs for n in s.agent_span_names),
+        role_keys=_unique(k for s in specs for k in s.role_keys),
         capture={s.name: s.capture for s in specs if s.capture is not None},
     )

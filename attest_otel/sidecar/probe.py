@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -18,16 +17,19 @@ from attest_otel.sidecar.buffer import HeldTrace, SpanFacts
 log = logging.getLogger(__name__)
 
 
-AGENT_BYTES: re.Pattern[bytes] = re.compile(b"(?!)")
+AGENT_MARKS: tuple[bytes, ...] = ()
 """An agent span of the conventions that declare one (`DialectSpec.agent_attributes`, e.g.
 GenAI's `gen_ai.operation.name: invoke_agent`; `agent_span_names`, e.g. pydantic-ai's
 `agent run`), as it is encoded: the exact key and string value, or the exact span name, so
-a match is an agent span. Other conventions are found by decoding (`agent_probe`); the two
-answers agree on the fixtures (tests/sidecar)."""
-AGENT_MARKS: tuple[bytes, ...] = ()
-"""`AGENT_BYTES` as plain substrings: `in` runs memchr-fast, while the alternation has no
-common first byte and `re` tries it at every position (9 us a 1.6 KB span, the receiving
-process's largest cost per GenAI span)."""
+a match is an agent span unless another dialect decides the span (`DECIDED_MARKS`). Other
+conventions are found by decoding (`agent_probe`); the two answers agree on the fixtures
+(tests/sidecar). Plain substrings: `in` runs memchr-fast, while an alternation has no common
+first byte and `re` tries it at every position (9 us a 1.6 KB span, the receiving process's
+largest cost per GenAI span)."""
+DECIDED_MARKS: tuple[bytes, ...] = ()
+"""Attribute keys (`DialectSpec.role_keys`) that let another dialect decide a span, as
+encoded (key field, then the value's tag): a span showing one is not an agent span by
+`AGENT_MARKS`, and a chunk of only such spans is decoded."""
 
 
 def _field(tag: int, payload: bytes) -> bytes:
@@ -35,7 +37,7 @@ def _field(tag: int, payload: bytes) -> bytes:
 
 
 def agent_marks(attributes: Iterable[tuple[str, str]], span_names: Iterable[str]) -> list[bytes]:
-    """The encodings `AGENT_BYTES` looks for: a `KeyValue` (key field 1, then an `AnyValue`
+    """The encodings `AGENT_MARKS` holds: a `KeyValue` (key field 1, then an `AnyValue`
     whose string field 1 is the value) and a span name (`Span.name`, field 5)."""
     out = [
         _field(0x0A, key.encode()) + _field(0x12, _field(0x0A, value.encode()))
@@ -46,19 +48,19 @@ def agent_marks(attributes: Iterable[tuple[str, str]], span_names: Iterable[str]
 
 
 def _rebuild() -> None:
-    global AGENT_BYTES, AGENT_MARKS
+    global AGENT_MARKS, DECIDED_MARKS
     m = registry.markers()
     AGENT_MARKS = tuple(agent_marks(m.agent_attributes, m.agent_span_names))
-    AGENT_BYTES = re.compile(b"|".join(re.escape(mark) for mark in AGENT_MARKS) or b"(?!)")
+    DECIDED_MARKS = tuple(_field(0x0A, key.encode()) + b"\x12" for key in m.role_keys)
 
 
 registry.watch(_rebuild)
 
 
 def _is_agent_record(record: bytes) -> bool:
-    for mark in AGENT_MARKS:  # noqa: SIM110 - a loop, not `any` over a generator
+    for mark in AGENT_MARKS:
         if mark in record:
-            return True
+            return not any(key in record for key in DECIDED_MARKS)  # rare: agent spans only
     return False
 
 
