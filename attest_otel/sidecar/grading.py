@@ -31,7 +31,7 @@ import attest_otel.grade.grader
 import attest_otel.ingest.decode  # noqa: F401
 from attest_otel import semconv
 from attest_otel.content import KEEP, ContentPolicy
-from attest_otel.export.annotate import GRADE_MARKS, annotate_spans, annotation_bytes
+from attest_otel.export.annotate import GRADE_MARKS, annotate_graded, annotation_bytes
 from attest_otel.export.log_records import log_records
 from attest_otel.export.otlp_bytes import key_values
 from attest_otel.grade.grader import grade
@@ -437,8 +437,7 @@ def grade_decoded(
         )
         return annotated, graded
     by_id = {span.span_id: span.source for span in decoded.spans}
-    for run, result in graded:
-        annotate_spans(by_id, run, result, now_ns=now, content=content)
+    annotate_graded(by_id, graded, now_ns=now, content=content)
     serialized: bytes = request.SerializeToString()
     return serialized, graded
 
