@@ -27,7 +27,7 @@ from attest_otel.cli.common import (
 )
 from attest_otel.cli.sources import load_trace, trace_source_options
 from attest_otel.errors import UsageError
-from attest_otel.terminal import printable
+from attest_otel.plumbing.terminal import printable
 
 if TYPE_CHECKING:
     from attest_otel.ingest.decode import Decoded
