@@ -5,7 +5,7 @@ here is for the dialect modules and their tests.
 """
 
 from attest_otel.adapt.base import Dialect, Role
-from attest_otel.adapt.detect import DIALECTS, detect
+from attest_otel.adapt.detect import DIALECTS, claimed, detect
 from attest_otel.adapt.runs import TraceRuns, runs_from_spans
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "Dialect",
     "Role",
     "TraceRuns",
+    "claimed",
     "detect",
     "runs_from_spans",
 ]

@@ -39,6 +39,7 @@ from attest_otel.adapt.messages import (
     parse_tool_definitions,
     tool_definition,
 )
+from attest_otel.adapt.spec import DialectSpec
 from attest_otel.model import LogRecord, Span
 
 SCOPE = "gcp.vertex.agent"
@@ -141,3 +142,16 @@ def _unwrap(value: Any) -> Any:
     if isinstance(value, dict) and len(value) == 1 and "result" in value:
         return value["result"]
     return value
+
+
+SPEC = DialectSpec(
+    "adk",
+    ADK(),
+    scopes=(SCOPE,),
+    scope_markers=("vertex",),
+    key_prefixes=(_P,),
+    name_prefixes=("invocation", "call_llm", "agent"),  # `agent_run [x]` carries no attribute
+    capture="ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=true (ADK 2.x: "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only; `true` means event_only, "
+    "content in log records)",
+)

@@ -237,13 +237,21 @@ class DeclaredDialect:
     """A `Dialect` read from a YAML spec (`dialect_config.parse_dialects` builds them)."""
 
     def __init__(
-        self, name: str, rules: Sequence[Rule], match: Cond | None = None, source: str = ""
+        self,
+        name: str,
+        rules: Sequence[Rule],
+        match: Cond | None = None,
+        source: str = "",
+        *,
+        capture: str | None = None,
     ) -> None:
         self.name = name
         self.rules = tuple(rules)
         self.match = match
         self.source = source
         """The file that declared it, for messages."""
+        self.capture = capture
+        """The setting that turns its content capture on (a built-in's `DialectSpec.capture`)."""
 
     def __repr__(self) -> str:
         return f"DeclaredDialect({self.name!r}, {len(self.rules)} rules)"

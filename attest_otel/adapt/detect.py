@@ -10,53 +10,37 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from attest_otel.adapt.adk import ADK
+from attest_otel.adapt import registry
 from attest_otel.adapt.base import Dialect, Role
-from attest_otel.adapt.genai import GenAI, GenAIOld
-from attest_otel.adapt.langsmith import LangSmith
-from attest_otel.adapt.openinference import OpenInference
-from attest_otel.adapt.openllmetry import OpenLLMetry
-from attest_otel.adapt.pydantic_ai import PydanticAI
-from attest_otel.adapt.strands import Strands
-from attest_otel.adapt.vercel import VercelGenAI, VercelLegacy
 from attest_otel.model import Span
 
-_OPENINFERENCE = OpenInference()
-_OPENLLMETRY = OpenLLMetry()
-_VERCEL = VercelLegacy()
-_LANGSMITH = LangSmith()
-_ADK = ADK()
-_PYDANTIC_AI = PydanticAI()
-_STRANDS = Strands()
-_VERCEL_GENAI = VercelGenAI()
+DIALECTS: tuple[Dialect, ...] = ()
+"""In detection order (`adapt.registry`, rebuilt when a dialect registers)."""
 
-DIALECTS: tuple[Dialect, ...] = (
-    _OPENINFERENCE,
-    _OPENLLMETRY,
-    _VERCEL,
-    _LANGSMITH,
-    _ADK,
-    _PYDANTIC_AI,
-    _STRANDS,
-    _VERCEL_GENAI,
-    GenAI(),
-    GenAIOld(),
-)
-"""In detection order."""
+BY_NAME: dict[str, Dialect] = {}
+"""Updated in place, so a module that imported it sees registrations too."""
 
-BY_NAME: dict[str, Dialect] = {d.name: d for d in DIALECTS}
+_BY_SCOPE: dict[str, tuple[Dialect, ...]] = {}
+"""A framework's own scope names its dialect (`DialectSpec.scopes`); only the dialects asked
+before the scopes (OpenInference, whose processors copy their keys onto other frameworks'
+spans) come first."""
 
-_BY_SCOPE: dict[str, tuple[Dialect, ...]] = {
-    "pydantic-ai": (_PYDANTIC_AI,),
-    "ai": (_VERCEL, _VERCEL_GENAI),
-    "gen_ai": (_VERCEL_GENAI,),
-    "strands.telemetry.tracer": (_STRANDS,),
-    "gcp.vertex.agent": (_ADK,),
-    "traceloop.tracer": (_OPENLLMETRY,),
-    "langsmith": (_LANGSMITH,),
-}
-"""A framework's own scope names its dialect; only OpenInference (whose processors copy their
-keys onto other frameworks' spans) is checked before it."""
+_FIRST: tuple[Dialect, ...] = ()
+
+
+def _rebuild() -> None:
+    global DIALECTS, _BY_SCOPE, _FIRST
+    pairs = [(s, s.reader) for s in registry.specs() if s.reader is not None]
+    DIALECTS = tuple(reader for _, reader in pairs)
+    BY_NAME.clear()
+    BY_NAME.update((d.name, d) for d in DIALECTS)
+    by_scope: dict[str, list[Dialect]] = {}
+    for spec, reader in pairs:
+        for scope in spec.scopes:
+            by_scope.setdefault(scope, []).append(reader)
+    _BY_SCOPE = {scope: tuple(found) for scope, found in by_scope.items()}
+    _FIRST = tuple(reader for spec, reader in pairs if spec.before_scopes)
+    _ORDERS.clear()
 
 
 def detect(span: Span, declared: Sequence[Dialect] = ()) -> tuple[Dialect, Role] | None:
@@ -93,8 +77,8 @@ but they come from the input)."""
 
 
 def _order(scope_name: str) -> _Asked:
-    """The built-in dialects in the order a span of this scope asks them: OpenInference,
-    the scope's own, then the rest of `DIALECTS`; each once, with its bound `detect`.
+    """The dialects in the order a span of this scope asks them: OpenInference, the
+    scope's own, then the rest of `DIALECTS`; each once, with its bound `detect`.
 
     Decided once per scope name rather than per span. Asking a dialect that already said
     no again cannot change the answer (`detect` reads the span and nothing else), so each
@@ -102,10 +86,19 @@ def _order(scope_name: str) -> _Asked:
     """
     found = _ORDERS.get(scope_name)
     if found is None:
-        first = (_OPENINFERENCE, *_BY_SCOPE.get(scope_name, ()))
+        first = (*_FIRST, *_BY_SCOPE.get(scope_name, ()))
         dialects = first + tuple(d for d in DIALECTS if all(d is not f for f in first))
         found = tuple((d, d.detect) for d in dialects)
         if len(_ORDERS) >= _ORDERS_LIMIT:
             _ORDERS.clear()
         _ORDERS[scope_name] = found
     return found
+
+
+def claimed(span: Span, declared: Sequence[Dialect] = ()) -> bool:
+    """Whether some dialect (a declared one, or a registered one) claims the span: the spans
+    that are not claimed are the ones left to the generic reader."""
+    return detect(span, declared) is not None
+
+
+registry.watch(_rebuild)

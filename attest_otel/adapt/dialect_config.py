@@ -434,6 +434,11 @@ class DialectModel(FileModel):
     handoff: _rules("handoff") = None  # type: ignore[valid-type]
     workflow: _rules("workflow") = None  # type: ignore[valid-type]
     other: _rules("other") = None  # type: ignore[valid-type]
+    capture: str | None = PydanticField(
+        None,
+        description="The setting that makes the framework record content: `inspect` and "
+        "`grade` show it when a run of this dialect has none.",
+    )
 
     def labelled(self) -> list[tuple[str, RuleModel]]:
         """Each rule with its label: the role, `role[i]` in a list, or its own `rule:`."""
@@ -455,7 +460,7 @@ class DialectModel(FileModel):
     def compile(self, name: str, source: str) -> DeclaredDialect:
         rules = [rule.compile(label) for label, rule in self.labelled()]
         match = None if self.match is None else self.match.compile()
-        return DeclaredDialect(name, rules, match, source)
+        return DeclaredDialect(name, rules, match, source, capture=self.capture)
 
 
 def _dialect_name(name: Any) -> str:

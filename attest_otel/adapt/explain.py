@@ -9,37 +9,27 @@ not be read, with the setting that turns capture on for the instrumentation that
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from attest_otel.adapt.base import Role
+from attest_otel.adapt import registry
+from attest_otel.adapt.base import Dialect, Role
 from attest_otel.adapt.tree import Node, RunBuild
 from attest_otel.model import Run
 
 __all__ = ["CAPTURE_SETTINGS", "RunGaps", "SpanReading", "capture_hints", "gaps", "readings"]
 
-CAPTURE_SETTINGS: dict[str, str] = {
-    "genai": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only (or span_and_event; "
-    "event_only puts content in log records only, so export logs too; with "
-    "opentelemetry-util-genai 1.x `true` is not a mode and captures nothing), or the "
-    "framework's own content switch",
-    "genai-old": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true for instrumentations "
-    "before opentelemetry-util-genai 1.x (event_only / span_and_event with it), and export "
-    "logs: content travels in log events",
-    "openinference": "unset OPENINFERENCE_HIDE_INPUTS / OPENINFERENCE_HIDE_OUTPUTS (and the "
-    "TraceConfig hide_* options)",
-    "openllmetry": "TRACELOOP_TRACE_CONTENT=true",
-    "vercel": "experimental_telemetry: {recordInputs: true, recordOutputs: true}",
-    "vercel-genai": "experimental_telemetry: {recordInputs: true, recordOutputs: true}",
-    "pydantic-ai": "InstrumentationSettings(include_content=True)",
-    "strands": "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental keeps content on spans",
-    "adk": "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=true (ADK 2.x: "
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only; `true` means event_only, "
-    "content in log records)",
-    "langsmith": "LANGSMITH_HIDE_INPUTS / LANGSMITH_HIDE_OUTPUTS unset",
-    "generic": "the framework's own content or tracing switch (a dialect file can name where "
-    "it keeps content)",
-}
-"""Per dialect, the setting that makes its instrumentation record content."""
+CAPTURE_SETTINGS: dict[str, str] = {}
+"""Per dialect, the setting that makes its instrumentation record content: each dialect's
+`DialectSpec.capture`, updated in place when a dialect registers."""
+
+
+def _rebuild() -> None:
+    CAPTURE_SETTINGS.clear()
+    CAPTURE_SETTINGS.update(registry.markers().capture)
+
+
+registry.watch(_rebuild)
 
 
 @dataclass(slots=True)
@@ -125,8 +115,9 @@ def _left_out(node: Node) -> str:
     return "outside every run"
 
 
-def gaps(run: Run, dialects: list[str]) -> RunGaps:
-    """What content this run lacks, and how to turn its capture on."""
+def gaps(run: Run, dialects: list[str], declared: Sequence[Dialect] = ()) -> RunGaps:
+    """What content this run lacks, and how to turn its capture on (`declared`: the user's
+    dialects, whose files may say)."""
     out = RunGaps()
     if not run.task:
         out.missing.append("task")
@@ -140,11 +131,14 @@ def gaps(run: Run, dialects: list[str]) -> RunGaps:
     if unargued:
         out.missing.append(f"tool arguments ({unargued} of {len(calls)} calls)")
     if out.missing and not run.content_captured:
-        out.capture = capture_hints(dialects)
+        out.capture = capture_hints(dialects, declared)
     out.unread = bool(out.missing) and run.content_captured
     return out
 
 
-def capture_hints(dialects: list[str]) -> list[str]:
-    """`dialect: setting` for each dialect seen that has a content switch, first seen first."""
-    return [f"{d}: {CAPTURE_SETTINGS[d]}" for d in dialects if d in CAPTURE_SETTINGS]
+def capture_hints(dialects: list[str], declared: Sequence[Dialect] = ()) -> list[str]:
+    """`dialect: setting` for each dialect seen that has a content switch, first seen first:
+    a registered dialect's declaration, or a declared one's `capture:`."""
+    settings = {d.name: c for d in declared if (c := getattr(d, "capture", None))}
+    settings.update(CAPTURE_SETTINGS)  # a declared name never shadows a built-in one
+    return [f"{d}: {settings[d]}" for d in dialects if d in settings]

@@ -50,6 +50,7 @@ from attest_otel.adapt.messages import (
     system_text,
     task_in_items,
 )
+from attest_otel.adapt.spec import DialectSpec
 from attest_otel.model import LogRecord, Span
 
 OP = "gen_ai.operation.name"
@@ -398,3 +399,49 @@ def _choice_message(body: dict[str, Any]) -> Message | None:
             return None
         return parse_message({"role": "assistant", "content": content})
     return parse_message({"role": "assistant", "content": message})
+
+
+SPEC = DialectSpec(
+    "genai",
+    GenAI(),
+    key_prefixes=("gen_ai.",),
+    name_prefixes=(
+        "invoke_agent",
+        "create_agent",
+        "execute_tool",
+        "chat",  # `chat {model}`
+        "text_completion",
+        "generate_content",
+        "embeddings",
+    ),
+    # The provider instrumentations write GenAI spans under their own scope names.
+    scope_markers=(
+        "gen_ai",
+        "genai",
+        "openai",
+        "anthropic",
+        "bedrock",
+        "vertex",
+        "mistral",
+        "cohere",
+        "ollama",
+        "groq",
+        "litellm",
+    ),
+    event_prefixes=("gen_ai.",),
+    capture="OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only (or span_and_event; "
+    "event_only puts content in log records only, so export logs too; with "
+    "opentelemetry-util-genai 1.x `true` is not a mode and captures nothing), or the "
+    "framework's own content switch",
+    agent_attributes=((OP, "invoke_agent"),),
+)
+
+SPEC_OLD = DialectSpec(
+    "genai-old",
+    GenAIOld(),
+    key_prefixes=("gen_ai.",),
+    event_prefixes=("gen_ai.",),  # content in log events
+    capture="OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true for instrumentations "
+    "before opentelemetry-util-genai 1.x (event_only / span_and_event with it), and export "
+    "logs: content travels in log events",
+)

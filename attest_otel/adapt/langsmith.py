@@ -30,6 +30,7 @@ from attest_otel.adapt.messages import (
     parse_message,
     parse_messages,
 )
+from attest_otel.adapt.spec import DialectSpec
 from attest_otel.model import LogRecord, Span
 
 _KIND_ROLES = {
@@ -111,3 +112,14 @@ def _unwrap(value: Any, key: str) -> Any:
     if isinstance(value, dict) and len(value) == 1 and key in value:
         return value[key]
     return value
+
+
+SPEC = DialectSpec(
+    "langsmith",
+    LangSmith(),
+    scopes=("langsmith",),
+    scope_markers=("langsmith",),
+    key_prefixes=("langsmith.",),
+    capture="LANGSMITH_HIDE_INPUTS / LANGSMITH_HIDE_OUTPUTS unset",
+    role_keys=("langsmith.span.kind", "langsmith.trace.id"),
+)

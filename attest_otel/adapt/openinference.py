@@ -52,6 +52,7 @@ from attest_otel.adapt.messages import (
     task_in,
     tool_definition,
 )
+from attest_otel.adapt.spec import DialectSpec
 from attest_otel.model import LogRecord, Span
 
 KIND = "openinference.span.kind"
@@ -347,3 +348,16 @@ def _response_messages(raw: Any) -> list[Message] | None:
             msg = parse_message({**value, "role": value.get("role") or "assistant"})
             return [msg] if msg is not None else None
     return parse_messages(value)
+
+
+SPEC = DialectSpec(
+    "openinference",
+    OpenInference(),
+    key_prefixes=("openinference.", "llm.", "tool."),  # span kind, llm.*, tool.name
+    scope_markers=("openinference",),
+    event_prefixes=("llm.",),
+    capture="unset OPENINFERENCE_HIDE_INPUTS / OPENINFERENCE_HIDE_OUTPUTS (and the "
+    "TraceConfig hide_* options)",
+    role_keys=(KIND,),
+    before_scopes=True,
+)

@@ -35,6 +35,7 @@ from attest_otel.adapt.base import (
     policy_attrs,
 )
 from attest_otel.adapt.messages import indexed, norm_role, parse_message, tool_definition
+from attest_otel.adapt.spec import DialectSpec
 from attest_otel.model import LogRecord, Span
 
 _KIND_ROLES = {
@@ -198,3 +199,23 @@ def _indexed_message(flat: dict[str, Any], default_role: str = "user") -> Messag
             msg.tool_results.append(ToolReply(call_id, msg.text or ""))
             msg.text = None
     return msg
+
+
+SPEC = DialectSpec(
+    "openllmetry",
+    OpenLLMetry(),
+    scopes=("traceloop.tracer",),
+    scope_markers=("traceloop",),
+    # traceloop.span.kind / entity.* / workflow.name; llm.request.type, gen_ai.prompt.N.*
+    key_prefixes=("traceloop.", "llm.", "gen_ai."),
+    name_prefixes=("openai.", "anthropic.", "handoff"),  # `openai.chat`
+    # `{name}.tool` and the other decorator kinds; `openai.chat`, `cohere.completion`
+    name_suffixes=(".tool", ".agent", ".workflow", ".task", ".chat", ".completion", ".embeddings"),
+    capture="TRACELOOP_TRACE_CONTENT=true",
+    role_keys=(
+        "traceloop.span.kind",
+        "traceloop.entity.name",
+        "traceloop.workflow.name",
+        *_MARKERS,
+    ),
+)

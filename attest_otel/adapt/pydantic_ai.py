@@ -44,6 +44,7 @@ from attest_otel.adapt.messages import (
     task_in,
     tool_definition,
 )
+from attest_otel.adapt.spec import DialectSpec
 from attest_otel.model import LogRecord, Span
 
 SCOPE = "pydantic-ai"
@@ -183,3 +184,24 @@ def _request_tools(value: Any) -> list[dict[str, Any]] | None:
     if not isinstance(tools, list):
         return None
     return [d for t in tools if isinstance(t, dict) for d in tool_definition(t)]
+
+
+SPEC = DialectSpec(
+    "pydantic-ai",
+    PydanticAI(),
+    scopes=(SCOPE,),
+    scope_markers=("pydantic-ai", "pydantic_ai"),
+    key_prefixes=(
+        "gen_ai.",  # data format 3+
+        "tool_",  # format 1-2: tool_arguments, tool_response
+        "agent",  # agent_name
+        "final_result",
+        "pydantic_ai.",  # pydantic_ai.all_messages, pydantic_ai.new_message_index
+        "all_messages",  # format 1: all_messages_events
+        "model_request_parameters",
+        "logfire.",  # through Logfire
+    ),
+    name_prefixes=("agent", "running tool", "final_result", "invoke_agent", "execute_tool"),
+    capture="InstrumentationSettings(include_content=True)",
+    agent_span_names=("agent run",),
+)

@@ -30,6 +30,7 @@ from attest_otel.adapt.base import (
     span_name_suffix,
 )
 from attest_otel.adapt.messages import parse_messages
+from attest_otel.adapt.spec import DialectSpec
 from attest_otel.model import LogRecord, Span
 
 SCOPE = "strands.telemetry.tracer"
@@ -128,3 +129,14 @@ def _details_tool(info: ToolInfo, attrs: dict[str, Any]) -> None:
                 info.output = _result_text(reply.content)
                 info.output_captured = True
                 info.call_id = info.call_id or reply.call_id
+
+
+SPEC = DialectSpec(
+    "strands",
+    Strands(),
+    scopes=(SCOPE,),
+    scope_markers=("strands",),
+    key_prefixes=("gen_ai.",),
+    name_prefixes=("execute_event_loop_cycle", "invoke_agent", "execute_tool", "chat"),
+    capture="OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental keeps content on spans",
+)

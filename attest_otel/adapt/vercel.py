@@ -45,6 +45,7 @@ from attest_otel.adapt.messages import (
     task_in,
     tool_definition,
 )
+from attest_otel.adapt.spec import DialectSpec
 from attest_otel.model import LogRecord, Span
 
 POLICY_PREFIXES = ("ai.telemetry.metadata.", "ai.settings.context.", "ai.settings.runtimeContext.")
@@ -186,3 +187,26 @@ class VercelGenAI(genai.GenAI):
 
     def policy_values(self, span: Span) -> tuple[Any, Any]:
         return vercel_policy(span.attributes)
+
+
+_CAPTURE = "experimental_telemetry: {recordInputs: true, recordOutputs: true}"
+
+SPEC_LEGACY = DialectSpec(
+    "vercel",
+    VercelLegacy(),
+    scopes=("ai",),
+    key_prefixes=("ai.",),  # ai.operationId, ai.toolCall.*, ai.prompt...
+    name_prefixes=("ai.",),  # `ai.generateText`, `ai.streamText`, `ai.toolCall`
+    name_suffixes=(".doGenerate", ".doStream"),
+    event_prefixes=("ai.",),
+    capture=_CAPTURE,
+)
+
+SPEC_V7 = DialectSpec(
+    "vercel-genai",
+    VercelGenAI(),
+    scopes=_V7_SCOPES,
+    key_prefixes=("gen_ai.",),
+    name_prefixes=("step ",),  # `step N`
+    capture=_CAPTURE,
+)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -177,7 +177,7 @@ def grade(
     # Each run within the budget, in a thread of its own: a model that never answers, or a
     # run that grades for ever, costs the budget (docs/hostile-input.md, "Grading budget").
     grade_run = run_grader(grader.grade, judge, appropriate, budget_s)
-    out = _Output(as_json, keep=export)
+    out = _Output(as_json, keep=export, declared=loaded.dialects)
     if file is not None:
         from attest_otel.ingest.stream import ByTrace
 
@@ -247,9 +247,11 @@ class _Output:
     once it is graded: each trace's text (or JSON), the results for the totals and the exit
     code, the agents for the policy check; the graded traces themselves only for --export."""
 
-    def __init__(self, as_json: bool, *, keep: bool) -> None:
+    def __init__(self, as_json: bool, *, keep: bool, declared: Sequence[Any] = ()) -> None:
         self.as_json = as_json
         self.keep = keep
+        self.declared = declared
+        """The policy's dialects, whose files may say how to turn capture on."""
         self.blocks: list[str] = []
         self.results: list[CheckResult] = []
         self.agents: set[str] = set()
@@ -262,7 +264,7 @@ class _Output:
         if self.as_json:
             self.blocks.append(json_item(render.trace_json(graded)))
         else:
-            self.blocks.append(render.trace_block(graded))
+            self.blocks.append(render.trace_block(graded, self.declared))
         self.results += graded.results
         self.agents.update(run.agent for run in graded.trace.runs if run.agent)
         self.any_runs = self.any_runs or bool(graded.trace.runs)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from attest_otel.adapt import TraceRuns
+from attest_otel.adapt import Dialect, TraceRuns
 from attest_otel.adapt.explain import SpanReading, gaps
 from attest_otel.cli.common import (
     config_option,
@@ -71,6 +71,7 @@ def inspect(
         raise UsageError("inspect reads one trace or file; --since is for grade")
     loaded = load_policy(policy) if policy is not None else None
     how = Reading(loaded or Policy.empty())
+    declared = loaded.dialects if loaded is not None else ()
     blocks: list[str] = []
     with _traces(
         file, trace_id, source, headers, ca_file, client_cert, client_key, insecure, timeout_s
@@ -78,11 +79,11 @@ def inspect(
         for one in decoded:  # a trace at a time: memory does not grow with the file
             for trace in read(one.spans, one.logs, how, explain=True):
                 if as_json:
-                    blocks.append(json_item(_as_dict(trace)))
+                    blocks.append(json_item(_as_dict(trace, declared)))
                 else:
                     # Span names and content are the sender's: shown, never sent to the
                     # terminal.
-                    blocks.append(printable("\n".join(_lines(trace))))
+                    blocks.append(printable("\n".join(_lines(trace, declared))))
     if not blocks:
         raise UsageError("no spans in the input")
     if as_json:  # one document for the whole input, as `grade --json` prints
@@ -128,7 +129,7 @@ def _traces(
     ]
 
 
-def _as_dict(trace: TraceRuns) -> dict[str, Any]:
+def _as_dict(trace: TraceRuns, declared: Sequence[Dialect]) -> dict[str, Any]:
     return {
         "trace_id": trace.trace_id,
         "dialects": trace.dialects,
@@ -150,14 +151,14 @@ def _as_dict(trace: TraceRuns) -> dict[str, Any]:
                     for s in run.steps
                     if s.tool_call is not None
                 ],
-                **asdict(gaps(run, trace.dialects)),
+                **asdict(gaps(run, trace.dialects, declared)),
             }
             for run in trace.runs
         ],
     }
 
 
-def _lines(trace: TraceRuns) -> list[str]:
+def _lines(trace: TraceRuns, declared: Sequence[Dialect]) -> list[str]:
     from attest_otel.cli import render
 
     out = [f"trace {trace.trace_id}", f"  read as: {', '.join(trace.dialects) or 'nothing'}"]
@@ -177,7 +178,7 @@ def _lines(trace: TraceRuns) -> list[str]:
         answer = run.final_answer
         out.append(f"    answer: {_short(answer) if answer is not None else '(not captured)'}")
         out.append(f"    calls: {render.call_sequence([c.name for c in calls])}")
-        found = gaps(run, trace.dialects)
+        found = gaps(run, trace.dialects, declared)
         if found.missing:
             out.append(f"    missing: {', '.join(found.missing)}")
             out.extend(f"    turn capture on: {hint}" for hint in found.capture)

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from attest_otel.adapt import Dialect
 from attest_otel.adapt.explain import capture_hints
 from attest_otel.model import CheckResult, Finding, Run, shown_score
 from attest_otel.pipeline import GradedTrace
@@ -178,7 +179,7 @@ def trace_json(graded: GradedTrace) -> dict[str, Any]:
     }
 
 
-def trace_block(graded: GradedTrace) -> str:
+def trace_block(graded: GradedTrace, declared: Sequence[Dialect] = ()) -> str:
     """One trace for a terminal; a run with no tool calls says which dialects were seen, and a
     trace that captured no content says so and which setting captures it: without content a
     returned error is invisible, and a clean grade would look like more than it is."""
@@ -196,7 +197,9 @@ def trace_block(graded: GradedTrace) -> str:
         seen = printable(", ".join(trace.dialects), newlines=False) or "none"
         lines.append(f"  note: no tool call recognised in this trace; span dialects seen: {seen}")
     if not all(run.content_captured for run in trace.runs):
-        hints = "; ".join(capture_hints(trace.dialects)) or "the framework's content switch"
+        hints = (
+            "; ".join(capture_hints(trace.dialects, declared)) or "the framework's content switch"
+        )
         lines.append(
             "  note: no content captured (task, answer, tool arguments and results): calls "
             f"graded by span status alone, model checks skipped; turn capture on: {hints}"

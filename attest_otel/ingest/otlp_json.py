@@ -31,13 +31,8 @@ from typing import Any
 
 import orjson
 
-from attest_otel.ingest.candidate import (
-    GENAI_EVENT_PREFIXES,
-    KEY_PREFIXES_BY_FIRST_CHAR,
-    is_genai_key,
-    is_genai_name,
-    is_genai_scope,
-)
+from attest_otel.ingest import candidate
+from attest_otel.ingest.candidate import is_genai_key, is_genai_name, is_genai_scope
 from attest_otel.ingest.otlp_common import (
     SPAN_ID_BYTES,
     SPAN_KIND_NAMES,
@@ -347,7 +342,7 @@ def _resource(kvs: Any) -> dict[str, Any]:
 def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, int]:
     """Append one `Span` per span in the request object to `out`; return (seen, GenAI)."""
     seen = genai = 0
-    key_heads = KEY_PREFIXES_BY_FIRST_CHAR
+    key_heads = candidate.KEY_PREFIXES_BY_FIRST_CHAR  # rebuilt on registration
     trace_ids = _TRACE_IDS
     if len(trace_ids) > 4096:
         trace_ids.clear()
@@ -486,7 +481,7 @@ def walk_logs(req: JsonObject, out: list[LogRecord], *, lazy: bool) -> tuple[int
     """Append the GenAI log records of the request object to `out` (all if not `lazy`);
     return (records seen, records kept)."""
     seen = kept = 0
-    event_prefixes = GENAI_EVENT_PREFIXES
+    event_prefixes = candidate.GENAI_EVENT_PREFIXES
     append = out.append
     # Paths for messages are only written on the way out, as in `walk_traces`.
     for i, rl in enumerate(_list(req, "resourceLogs", "resource_logs", "")):

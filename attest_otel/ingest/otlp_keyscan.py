@@ -18,17 +18,26 @@ from __future__ import annotations
 
 import re
 
-from attest_otel.ingest.candidate import GENAI_KEY_PREFIXES
+from attest_otel.adapt import registry
 
 __all__ = ["ScopeKeyScan"]
 
-_KEY = re.compile(
-    rb"\x0a[\x80-\xff]{0,9}[\x00-\x7f](?:"
-    + b"|".join(re.escape(prefix.encode()) for prefix in GENAI_KEY_PREFIXES)
-    + rb")"
-)
-"""Tag of field 1 (wire type 2), a varint length of up to 10 bytes, then a GenAI key prefix.
-A literal first byte lets `re` skip ahead quickly (about 1 us per plain span's bytes)."""
+_KEY = re.compile(b"(?!)")
+"""Tag of field 1 (wire type 2), a varint length of up to 10 bytes, then a GenAI key prefix
+(`adapt.registry`'s union, rebuilt on registration). A literal first byte lets `re` skip
+ahead quickly (about 1 us per plain span's bytes)."""
+
+
+def _rebuild() -> None:
+    global _KEY
+    _KEY = re.compile(
+        rb"\x0a[\x80-\xff]{0,9}[\x00-\x7f](?:"
+        + b"|".join(re.escape(prefix.encode()) for prefix in registry.markers().key_prefixes)
+        + rb")"
+    )
+
+
+registry.watch(_rebuild)
 
 _RESOURCE_SPANS = 1  # ExportTraceServiceRequest.resource_spans
 _SCOPE_SPANS = 2  # ResourceSpans.scope_spans

@@ -18,13 +18,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
-from attest_otel.ingest.candidate import (
-    GENAI_EVENT_PREFIXES,
-    KEY_PREFIXES_BY_FIRST_CHAR,
-    is_genai_key,
-    is_genai_name,
-    is_genai_scope,
-)
+from attest_otel.ingest import candidate
+from attest_otel.ingest.candidate import is_genai_key, is_genai_name, is_genai_scope
 from attest_otel.ingest.otlp_common import (
     SPAN_ID_BYTES,
     TRACE_ID_BYTES,
@@ -87,7 +82,7 @@ def walk_traces(
     scopes whose bytes hold no GenAI key (`otlp_keyscan`); the result is the same without it.
     """
     seen = genai = 0
-    key_heads = KEY_PREFIXES_BY_FIRST_CHAR
+    key_heads = candidate.KEY_PREFIXES_BY_FIRST_CHAR  # rebuilt on registration
     keyscan = ScopeKeyScan(data) if lazy and data is not None else None
     name_verdicts: dict[str, bool] = {}  # plain spans repeat a few names ("GET /orders/{id}")
     append = out.append
@@ -188,7 +183,7 @@ def walk_logs(
     return (records seen, records kept). The event name comes from the `event_name` field,
     else from the `event.name` attribute."""
     seen = kept = 0
-    event_prefixes = GENAI_EVENT_PREFIXES
+    event_prefixes = candidate.GENAI_EVENT_PREFIXES
     for i, rl in enumerate(req.resource_logs):
         for j, sl in enumerate(rl.scope_logs):
             whole_scope = not lazy or is_genai_scope(sl.scope.name)

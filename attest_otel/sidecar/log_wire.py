@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from attest_otel.sidecar import wire
 from attest_otel.sidecar.wire import ScopeGroup, WireError, _fields, split_request
 
 __all__ = [
@@ -41,7 +42,6 @@ METRICS = "metrics"
 _TAGS = {LOGS: b"\x00L", METRICS: b"\x00M"}
 _SIGNALS = {v: k for k, v in _TAGS.items()}
 
-_GENAI_EVENT = b"gen_ai."
 _JSON_TRACE_ID = re.compile(rb'"trace_?[iI]d"\s*:\s*"([0-9a-fA-F]{32})"')
 
 
@@ -112,10 +112,11 @@ def _split_logs(data: bytes) -> list[tuple[ScopeGroup, list[tuple[bytes, bytes]]
 
 
 def is_genai_record(group: ScopeGroup, event: bytes, record: bytes) -> bool:
-    """Whether a log record may carry a run's content: a GenAI scope, a `gen_ai.*` event
-    name, or `gen_ai` anywhere in its bytes (an `event.name` attribute, a message key). A
-    false match only holds a record with its trace for a while."""
-    return event.startswith(_GENAI_EVENT) or group.is_genai_scope() or b"gen_ai" in record
+    """Whether a log record may carry a run's content: a GenAI scope, an event name a
+    dialect declares (`wire.EVENT_PREFIXES`: `gen_ai.*`, ...), or `gen_ai` anywhere in its
+    bytes (an `event.name` attribute, a message key). A false match only holds a record
+    with its trace for a while."""
+    return event.startswith(wire.EVENT_PREFIXES) or group.is_genai_scope() or b"gen_ai" in record
 
 
 def refused_trace_ids(signal: str, body: bytes, is_json: bool) -> set[str]:

@@ -3,37 +3,65 @@
 from __future__ import annotations
 
 import logging
-import re
+from collections.abc import Iterable
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
-from attest_otel.adapt import Role, detect
+from attest_otel.adapt import Role, detect, registry
+from attest_otel.export.otlp_bytes import varint as encode_varint
 from attest_otel.ingest.decode import decode_request
 from attest_otel.sidecar.buffer import HeldTrace, SpanFacts
 
 log = logging.getLogger(__name__)
 
 
-AGENT_BYTES = re.compile(
-    rb"\x0a\x15gen_ai\.operation\.name\x12\x0e\x0a\x0cinvoke_agent"  # GenAI semconv
-    rb"|\x2a\x09agent run"  # pydantic-ai's run span name
-)
-"""An agent span of the two most common conventions, as it is encoded: the exact key and
-value (or exact span name), so a match is an agent span. Other conventions are found by
-decoding (`agent_probe`); the two answers agree on the fixtures (tests/sidecar)."""
-_AGENT_MARKS = (
-    b"\x0a\x15gen_ai.operation.name\x12\x0e\x0a\x0cinvoke_agent",
-    b"\x2a\x09agent run",
-)
-"""`AGENT_BYTES` as two plain substrings: `in` runs memchr-fast, while the alternation has no
-common first byte and `re` tries it at every position (9 us a 1.6 KB span, the receiving
-process's largest cost per GenAI span)."""
+AGENT_MARKS: tuple[bytes, ...] = ()
+"""An agent span of the conventions that declare one (`DialectSpec.agent_attributes`, e.g.
+GenAI's `gen_ai.operation.name: invoke_agent`; `agent_span_names`, e.g. pydantic-ai's
+`agent run`), as it is encoded: the exact key and string value, or the exact span name, so
+a match is an agent span unless another dialect decides the span (`DECIDED_MARKS`). Other
+conventions are found by decoding (`agent_probe`); the two answers agree on the fixtures
+(tests/sidecar). Plain substrings: `in` runs memchr-fast, while an alternation has no common
+first byte and `re` tries it at every position (9 us a 1.6 KB span, the receiving process's
+largest cost per GenAI span)."""
+DECIDED_MARKS: tuple[bytes, ...] = ()
+"""Attribute keys (`DialectSpec.role_keys`) that let another dialect decide a span, as
+encoded (key field, then the value's tag): a span showing one is not an agent span by
+`AGENT_MARKS`, and a chunk of only such spans is decoded."""
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    return bytes((tag,)) + encode_varint(len(payload)) + payload
+
+
+def agent_marks(attributes: Iterable[tuple[str, str]], span_names: Iterable[str]) -> list[bytes]:
+    """The encodings `AGENT_MARKS` holds: a `KeyValue` (key field 1, then an `AnyValue`
+    whose string field 1 is the value) and a span name (`Span.name`, field 5)."""
+    out = [
+        _field(0x0A, key.encode()) + _field(0x12, _field(0x0A, value.encode()))
+        for key, value in attributes
+    ]
+    out.extend(_field(0x2A, name.encode()) for name in span_names)
+    return out
+
+
+def _rebuild() -> None:
+    global AGENT_MARKS, DECIDED_MARKS
+    m = registry.markers()
+    AGENT_MARKS = tuple(agent_marks(m.agent_attributes, m.agent_span_names))
+    DECIDED_MARKS = tuple(_field(0x0A, key.encode()) + b"\x12" for key in m.role_keys)
+
+
+registry.watch(_rebuild)
 
 
 def _is_agent_record(record: bytes) -> bool:
-    return _AGENT_MARKS[0] in record or _AGENT_MARKS[1] in record
+    for mark in AGENT_MARKS:
+        if mark in record:
+            return not any(key in record for key in DECIDED_MARKS)  # rare: agent spans only
+    return False
 
 
 def agent_probe(
@@ -45,6 +73,7 @@ def agent_probe(
     The byte test answers first, span by span, and needs no decoding: when it finds an agent
     span in the chunk, the chunk's spans follow one of its two conventions and the others are
     taken as not agents (a miss only makes the buffer wait longer for a run, see `buffer`).
+    The byte test knows the conventions whose dialects declare their agent spans' bytes.
     Otherwise the chunk is decoded and each span asked `adapt.detect`; when `chunk` is the
     whole trace and `keep`, the parse is kept on the trace for the grader (in-process
     grading only).

@@ -25,6 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
+from attest_otel.sidecar import wire
 from attest_otel.sidecar.buffer import HeldTrace, TraceBuffer
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.receivers import (
@@ -34,7 +35,6 @@ from attest_otel.sidecar.receivers import (
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wal import DurableLog
 from attest_otel.sidecar.wire import (
-    GENAI_KEY_BYTES,
     DeclaredMarks,
     ScopeGroup,
     WireError,
@@ -275,7 +275,7 @@ class RequestPath:
         tests are `classify`'s, on the whole request: no GenAI attribute key anywhere in the
         bytes, then per scope and span name; a policy's declared dialects take the full path.
         """
-        if self.declared is not None or GENAI_KEY_BYTES.search(data) is not None:
+        if self.declared is not None or wire.GENAI_KEY_BYTES.search(data) is not None:
             return None
         found = plain_request(data)
         if found is None:
@@ -318,7 +318,7 @@ class RequestPath:
         only when it matched somewhere.
         """
         genai: set[bytes] = set()
-        key_search = GENAI_KEY_BYTES.search
+        key_search = wire.GENAI_KEY_BYTES.search
         keys_somewhere = key_search(data) is not None
         known = self.buffer.is_known
         declared = self.declared

@@ -8,8 +8,8 @@ from typing import Any
 
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
+from attest_otel.sidecar import wire
 from attest_otel.sidecar.wire import (
-    GENAI_KEY_BYTES,
     WireError,
     is_genai_name,
     span_links,
@@ -57,7 +57,7 @@ def read_shape(chunk: bytes) -> list[SpanFacts]:
         scope = group.is_genai_scope()
         for _trace_id, name, record in group.spans:
             span_id, parent_id = span_links(record)
-            genai = scope or is_genai_name(name) or GENAI_KEY_BYTES.search(record) is not None
+            genai = scope or is_genai_name(name) or wire.GENAI_KEY_BYTES.search(record) is not None
             out.append(SpanFacts(span_id, parent_id, genai, record))
     return out
 

@@ -33,13 +33,9 @@ from typing import Any
 
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
+from attest_otel.adapt import registry
 from attest_otel.export.otlp_bytes import varint as encode_varint
-from attest_otel.ingest.candidate import (
-    GENAI_KEY_PREFIXES,
-    GENAI_NAME_PREFIXES,
-    GENAI_NAME_SUFFIXES,
-    is_genai_scope,
-)
+from attest_otel.ingest.candidate import is_genai_scope
 
 __all__ = [
     "GENAI_KEY_BYTES",
@@ -95,18 +91,33 @@ def _alternation(words: Iterable[str]) -> bytes:
 # A KeyValue inside Span.attributes (field 9) is `4a <len> 0a <key len> <key>`. The rare
 # literal first byte lets `re` skip ahead quickly; a free-floating alternation of the
 # prefixes would be tried at every position (docs/measurements.md, "The GenAI key probe").
-GENAI_KEY_BYTES: re.Pattern[bytes] = re.compile(
-    rb"\x4a[\x80-\xff]{0,3}[\x00-\x7f]\x0a[\x80-\xff]?[\x00-\x7f](?:"
-    + _alternation(GENAI_KEY_PREFIXES)
-    + rb")",
-    re.DOTALL,
-)
+GENAI_KEY_BYTES: re.Pattern[bytes] = re.compile(b"(?!)")
 """Matches in a span's (or a whole request's) bytes where an attribute key starts with one
-of `candidate.GENAI_KEY_PREFIXES`. A value that happens to look the same gives a false
-match, which only means a trace is held that need not have been."""
+of the dialects' key prefixes (`adapt.registry`). A value that happens to look the same gives
+a false match, which only means a trace is held that need not have been. Rebuilt when a
+dialect registers: read it as `wire.GENAI_KEY_BYTES`, not a copy."""
 
-NAME_PREFIXES: tuple[bytes, ...] = tuple(p.encode() for p in GENAI_NAME_PREFIXES)
-NAME_SUFFIXES: tuple[bytes, ...] = tuple(s.encode() for s in GENAI_NAME_SUFFIXES)
+NAME_PREFIXES: tuple[bytes, ...] = ()
+NAME_SUFFIXES: tuple[bytes, ...] = ()
+EVENT_PREFIXES: tuple[bytes, ...] = ()
+"""A log record's event name starting with one of these may carry a run's content."""
+
+
+def _rebuild() -> None:
+    global GENAI_KEY_BYTES, NAME_PREFIXES, NAME_SUFFIXES, EVENT_PREFIXES
+    m = registry.markers()
+    GENAI_KEY_BYTES = re.compile(
+        rb"\x4a[\x80-\xff]{0,3}[\x00-\x7f]\x0a[\x80-\xff]?[\x00-\x7f](?:"
+        + _alternation(m.key_prefixes)
+        + rb")",
+        re.DOTALL,
+    )
+    NAME_PREFIXES = tuple(p.encode() for p in m.name_prefixes)
+    NAME_SUFFIXES = tuple(s.encode() for s in m.name_suffixes)
+    EVENT_PREFIXES = tuple(e.encode() for e in m.event_prefixes)
+
+
+registry.watch(_rebuild)
 
 
 class DeclaredMarks:

@@ -73,3 +73,34 @@ def test_json_over_a_file_of_many_traces_is_one_document(tmp_path: Path) -> None
     document = json.loads(out)  # one document, not a line per trace
     assert len(document["traces"]) == 2
     assert len({t["trace_id"] for t in document["traces"]}) == 2
+
+
+def test_a_declared_dialect_says_how_to_turn_its_capture_on(tmp_path: Path) -> None:
+    """A dialect file is a declaration like a built-in's: its `capture:` is the hint."""
+    from tests.adapt.test_registry import _request
+
+    trace = tmp_path / "toy.pb"
+    trace.write_bytes(_request().SerializeToString())
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "dialects:\n"
+        "  toyfile:\n"
+        "    match: {attribute: toy.kind}\n"
+        "    capture: TOY_RECORD_CONTENT=1\n"
+        "    agent:\n"
+        "      when: {attribute: {toy.kind: agent}}\n"
+        "      name: toy.name\n"
+        "    tool:\n"
+        "      when: {attribute: {toy.kind: tool}}\n"
+        "      name: toy.name\n"
+    )
+    code, out, err = _inspect("--policy", str(policy), "--file", str(trace), "--json")
+    assert code == 0, err
+    (found,) = json.loads(out)["traces"]
+    (run,) = found["runs"]
+    assert run["agent"] == "billing_agent"
+    assert run["capture"] == ["toyfile: TOY_RECORD_CONTENT=1"]
+    code, out, _ = _inspect("--policy", str(policy), "--file", str(trace))
+    assert "turn capture on: toyfile: TOY_RECORD_CONTENT=1" in out
+    graded = CliRunner().invoke(main, ["grade", "--policy", str(policy), "--file", str(trace)])
+    assert "turn capture on: toyfile: TOY_RECORD_CONTENT=1" in graded.stdout, graded.output

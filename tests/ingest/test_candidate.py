@@ -40,6 +40,9 @@ CASES: list[tuple[str, str, list[str], str, bool]] = [
     ("an MCP tools/call span is a candidate", "tools/call get_weather", [], "", True),
     ("an attest policy key makes a candidate", "root", ["attest.allowed_tools"], "", True),
     ("an agent key makes a candidate", "root", ["agent_name"], "", True),
+    ("a Langfuse SDK key makes a candidate", "lookup", ["langfuse.observation.type"], "", True),
+    ("a Langfuse SDK span is a candidate by scope", "lookup_order", [], "langfuse-sdk", True),
+    ("an app's own agent tracer marks its spans", "billing_agent", [], "billing.agent", True),
     (
         "an HTTP server span is not a candidate",
         "GET /api/orders",
