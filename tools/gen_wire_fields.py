@@ -49,7 +49,11 @@ _VARINT = {
     FieldDescriptor.TYPE_BOOL,
     FieldDescriptor.TYPE_ENUM,
 }
-_FIXED64 = {FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64, FieldDescriptor.TYPE_DOUBLE}
+_FIXED64 = {
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+    FieldDescriptor.TYPE_DOUBLE,
+}
 _FIXED32 = {FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_SFIXED32, FieldDescriptor.TYPE_FLOAT}
 
 
@@ -139,7 +143,9 @@ def main() -> int:
     if args.check:
         current = OUT.read_text(encoding="utf-8") if OUT.exists() else ""
         if current != text:
-            print(f"{OUT.relative_to(ROOT)} is stale: run tools/gen_wire_fields.py", file=sys.stderr)
+            print(
+                f"{OUT.relative_to(ROOT)} is stale: run tools/gen_wire_fields.py", file=sys.stderr
+            )
             return 1
         return 0
     OUT.write_text(text, encoding="utf-8")

@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from attest_otel.sidecar.wire import ScopeGroup, WireError, _fields, split_request
+from attest_otel.sidecar.wire import ScopeGroup, WireError, split_request
+from attest_otel.sidecar.wire import fields as _fields
 
 __all__ = [
     "LOGS",

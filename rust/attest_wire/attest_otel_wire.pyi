@@ -4,6 +4,7 @@ attest_otel/sidecar/wire.py is its Python face and says what each walk is for.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal
 
 Buffer = bytes | bytearray
 
@@ -37,7 +38,9 @@ class KeyFinder:
     def whole_keys(keys: Iterable[bytes]) -> KeyFinder: ...
     @staticmethod
     def key_prefixes(prefixes: Iterable[bytes]) -> KeyFinder: ...
-    def search(self, data: Buffer, start: int = 0, end: int | None = None) -> bool: ...
+    def search(
+        self, data: Buffer, start: int = 0, end: int | None = None
+    ) -> Literal[True] | None: ...
 
 class Marks:
     def __init__(

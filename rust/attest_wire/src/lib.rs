@@ -358,12 +358,18 @@ impl KeyFinder {
         })
     }
 
-    /// Whether data[start:end] holds such a key.
+    /// True when data[start:end] holds such a key, else None (the answers of
+    /// `re.Pattern.search`, whose place this takes).
     #[pyo3(signature = (data, start=0, end=None))]
-    fn search(&self, data: &Bound<'_, PyAny>, start: usize, end: Option<usize>) -> PyResult<bool> {
+    fn search(
+        &self,
+        data: &Bound<'_, PyAny>,
+        start: usize,
+        end: Option<usize>,
+    ) -> PyResult<Option<bool>> {
         let data = bytes_of(data)?;
         let end = end.unwrap_or(data.len());
-        Ok(self.probe.search(&data, start, end))
+        Ok(self.probe.search(&data, start, end).then_some(true))
     }
 }
 
