@@ -3,7 +3,7 @@
 The wire core cuts and checks OTLP requests without generated message types, so it needs the
 field numbers and the type of every field the validator walks. Typing them by hand is how
 bare numbers spread before (issue 30); here they come from the same descriptors the Python
-protobuf classes use, and `tests/wire/test_fields_current.py` fails when the file is stale.
+protobuf classes use, and `tests/sidecar/test_wire_fields_current.py` fails when the file is stale.
 
     .venv/bin/python tools/gen_wire_fields.py          # rewrite the file
     .venv/bin/python tools/gen_wire_fields.py --check  # exit 1 if it is not current

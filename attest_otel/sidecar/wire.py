@@ -31,7 +31,7 @@ known to be a valid message, so nothing is acknowledged that the next hop would 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
