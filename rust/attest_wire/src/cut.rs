@@ -269,7 +269,9 @@ fn span_record(data: &[u8], pos: usize, end: usize) -> Result<(usize, usize), Wi
         }
     }
     if length > end.saturating_sub(vstart) as u64 || vstart > end {
-        return Err(WireErr(format!("span at byte {pos} runs past its ScopeSpans")));
+        return Err(WireErr(format!(
+            "span at byte {pos} runs past its ScopeSpans"
+        )));
     }
     Ok((vstart, vstart + length as usize))
 }

@@ -12,6 +12,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PySet, PyTuple};
 
 pub mod check;
 pub mod cut;
+#[rustfmt::skip]
 pub mod fields;
 pub mod probe;
 pub mod schema;
@@ -52,7 +53,11 @@ fn slice<'py>(py: Python<'py>, data: &[u8], r: cut::Range) -> Bound<'py, PyBytes
 /// request or *Data message), or None when it is one.
 #[pyfunction]
 #[pyo3(name = "check")]
-fn check_message(py: Python<'_>, data: &Bound<'_, PyAny>, full_name: &str) -> PyResult<Option<String>> {
+fn check_message(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    full_name: &str,
+) -> PyResult<Option<String>> {
     let root = schema::message_index(full_name)
         .ok_or_else(|| PyValueError::new_err(format!("no wire schema for {full_name}")))?;
     let data = bytes_of(data)?;
@@ -205,8 +210,8 @@ fn append_to_spans<'py>(
     for (k, v) in additions.iter() {
         table.insert(bytes_of(&k)?.into_owned(), bytes_of(&v)?.into_owned());
     }
-    let (out, changed) =
-        cut::append_to_spans(&data, |sid| table.get(sid).map(|v| v.as_slice())).map_err(wire_err)?;
+    let (out, changed) = cut::append_to_spans(&data, |sid| table.get(sid).map(|v| v.as_slice()))
+        .map_err(wire_err)?;
     Ok((PyBytes::new(py, &out), changed))
 }
 
