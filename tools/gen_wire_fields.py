@@ -130,6 +130,10 @@ def render() -> str:
                 f"kind: {_kind(f, index)}, repeated: {repeated} }},"
             )
         lines.append("        ],")
+        slots = [0] * (max((f.number for f in d.fields), default=0) + 1)
+        for i, f in enumerate(sorted(d.fields, key=lambda f: f.number)):
+            slots[f.number] = i + 1
+        lines.append(f"        by_number: &{slots},")
         lines.append("    },")
     lines += ["];", ""]
     return "\n".join(lines)

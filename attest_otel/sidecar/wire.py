@@ -49,9 +49,11 @@ __all__ = [
     "GENAI_KEY_BYTES",
     "DeclaredMarks",
     "ScopeGroup",
+    "Substrings",
     "WireError",
     "append_to_spans",
     "check_message",
+    "check_traces",
     "encode_groups",
     "encode_varint",
     "field_bytes",
@@ -59,6 +61,7 @@ __all__ = [
     "iter_resource_spans",
     "plain_request",
     "span_links",
+    "span_shapes",
     "split_request",
     "split_to_size",
 ]
@@ -80,6 +83,8 @@ encode_spans = _core.encode_spans
 """One ResourceSpans record (tag included) holding `spans` under the given origin."""
 encode_groups = _core.encode_groups
 """A request from ((resource fields, scope fields), span records) pairs."""
+Substrings = _core.Substrings
+"""Fixed byte strings to find in records (`any_in`), memchr's SIMD search."""
 
 
 def check_message(data: bytes, message_type: Any) -> str | None:
@@ -101,6 +106,7 @@ or None. A value that happens to look the same gives a false match, which only m
 is held that need not have been."""
 
 _MARKS = _core.Marks(
+    (p.encode() for p in GENAI_KEY_PREFIXES),
     (p.encode() for p in GENAI_NAME_PREFIXES),
     (s.encode() for s in GENAI_NAME_SUFFIXES),
     (m.encode() for m in GENAI_SCOPE_MARKERS),
@@ -176,6 +182,27 @@ def split_request(data: bytes) -> list[ScopeGroup]:
     end); the spans' insides are not checked.
     """
     return [ScopeGroup(res, scope, spans) for res, scope, spans in _core.split(data)]
+
+
+def check_traces(data: bytes) -> tuple[str | None, tuple[int, set[bytes]] | None]:
+    """`check_message` of an ExportTraceServiceRequest, and in the same walk the request
+    path's plain test: (problem or None, (spans, raw trace ids) when valid and no span is
+    marked GenAI, else None).
+
+    Marked is `candidate.is_genai_candidate` as the parser sees the spans: a GenAI scope or
+    span name, or a `Span.attributes` key with a GenAI prefix. The byte probes that answered
+    this before (`GENAI_KEY_BYTES`, then `plain_request`) were two more passes over every
+    byte, most of a plain span's cost (docs/measurements.md, "The wire core").
+    """
+    return _MARKS.check_plain(data)
+
+
+def span_shapes(data: bytes) -> list[tuple[bytes, bytes, bool, bytes]]:
+    """(raw span id, raw parent span id or b"", looks GenAI, span record) of every span of a
+    request, in one walk: what the buffer reads of a held trace's new bytes. Looks GenAI by
+    the request path's byte tests: a GenAI scope or span name, or a GenAI key in the span
+    (`GENAI_KEY_BYTES`). Raises `WireError` on broken framing."""
+    return _MARKS.shape(data, GENAI_KEY_BYTES)
 
 
 def plain_request(data: bytes) -> tuple[int, set[bytes]] | None:

@@ -51,6 +51,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from attest_otel.ingest.candidate import (
     GENAI_KEY_PREFIXES,
+    is_genai_candidate,
     is_genai_name,
     is_genai_scope,
 )
@@ -79,6 +80,21 @@ def assert_same_verdict(data: bytes) -> None:
     for root in ROOTS:
         problem = wire.check_message(data, root)
         assert (problem is None) == upb_accepts(data, root), (root.__name__, problem, data.hex())
+    problem, scanned = wire.check_traces(data)
+    assert problem == wire.check_message(data, ExportTraceServiceRequest)
+    if problem is None:
+        assert scanned == plain_truth(ExportTraceServiceRequest.FromString(data))
+
+
+def plain_truth(req: ExportTraceServiceRequest) -> tuple[int, set[bytes]] | None:
+    """What `check_traces` must answer for a valid request, from the parsed spans: None when
+    a span is a GenAI candidate by its name, its scope (one with spans) or an attribute key;
+    else the span count and trace ids."""
+    spans = [(ss, s) for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    for ss, span in spans:
+        if is_genai_candidate(span.name, [kv.key for kv in span.attributes], ss.scope.name):
+            return None
+    return len(spans), {s.trace_id for _, s in spans}
 
 
 # -- the wire grammar ---------------------------------------------------------------------------

@@ -11,16 +11,18 @@
 //! - messages nest at most 100 deep below the root, counting groups (kept as unknown
 //!   fields), and a group ends with the end-group tag of its own number.
 
-use crate::fields::MESSAGES;
-use crate::schema::{Kind, Message};
+use crate::fields::{msg, num, MESSAGES};
+use crate::probe::{scope_marked, PrefixSet};
+use crate::schema::Kind;
 use crate::varint;
 
 /// upb's default depth limit, which Python's protobuf uses.
 pub const MAX_DEPTH: i32 = 100;
 
-pub struct Checker<'a> {
+pub struct Checker<'a, 's, 'p> {
     data: &'a [u8],
     depth: i32,
+    scan: Option<&'s mut PlainScan<'p>>,
 }
 
 /// None when `data` is a valid `MESSAGES[root]`, else why not.
@@ -28,18 +30,97 @@ pub fn check(data: &[u8], root: u16) -> Option<String> {
     let mut c = Checker {
         data,
         depth: MAX_DEPTH,
+        scan: None,
     };
-    match c.message(0, data.len(), Some(&MESSAGES[root as usize]), None) {
-        Ok(_) => None,
-        Err(e) => Some(e),
+    c.message(0, data.len(), Some(root), false, None).err()
+}
+
+/// What the validation walk of a traces request learns on the way, for the request path's
+/// "plain" test (no span of it may be GenAI): the spans, their trace ids, and whether any
+/// span's name, scope name or attribute key is marked. The parser's view: the last value of
+/// a field wins, attribute keys are those of `Span.attributes`.
+pub struct PlainScan<'p> {
+    pub key_prefixes: &'p PrefixSet,
+    pub name_prefixes: &'p PrefixSet,
+    pub name_suffixes: &'p PrefixSet,
+    pub scope_markers: &'p [Vec<u8>],
+    pub marked: bool,
+    pub count: usize,
+    pub trace_ids: Vec<(usize, usize)>,
+    span_trace_id: (usize, usize),
+    scope_name: (usize, usize),
+}
+
+impl<'p> PlainScan<'p> {
+    pub fn new(
+        key_prefixes: &'p PrefixSet,
+        name_prefixes: &'p PrefixSet,
+        name_suffixes: &'p PrefixSet,
+        scope_markers: &'p [Vec<u8>],
+    ) -> Self {
+        PlainScan {
+            key_prefixes,
+            name_prefixes,
+            name_suffixes,
+            scope_markers,
+            marked: false,
+            count: 0,
+            trace_ids: Vec::new(),
+            span_trace_id: (0, 0),
+            scope_name: (0, 0),
+        }
     }
+}
+
+/// `check` of an ExportTraceServiceRequest that fills `scan` on the way.
+pub fn check_traces(data: &[u8], scan: &mut PlainScan<'_>) -> Option<String> {
+    let mut c = Checker {
+        data,
+        depth: MAX_DEPTH,
+        scan: Some(scan),
+    };
+    c.message(
+        0,
+        data.len(),
+        Some(msg::EXPORT_TRACE_SERVICE_REQUEST),
+        false,
+        None,
+    )
+    .err()
 }
 
 fn corrupt(what: &str, at: usize) -> String {
     format!("wire format is corrupt: {what} at byte {at}")
 }
 
-impl<'a> Checker<'a> {
+impl<'a, 's, 'p> Checker<'a, 's, 'p> {
+    /// The scan's look at a string or bytes field of message `m` (`attr`: a KeyValue of
+    /// `Span.attributes`).
+    #[inline]
+    fn note(&mut self, m: u16, number: u32, attr: bool, value: (usize, usize)) {
+        let Some(scan) = self.scan.as_deref_mut() else {
+            return;
+        };
+        let text = &self.data[value.0..value.1];
+        match m {
+            msg::KEY_VALUE if attr && number == num::KEY_VALUE_KEY => {
+                if scan.key_prefixes.starts(text) {
+                    scan.marked = true;
+                }
+            }
+            msg::SPAN if number == num::SPAN_NAME => {
+                if scan.name_prefixes.starts(text) || scan.name_suffixes.ends(text) {
+                    scan.marked = true;
+                }
+            }
+            msg::SPAN if number == num::SPAN_TRACE_ID => scan.span_trace_id = value,
+            msg::INSTRUMENTATION_SCOPE if number == num::INSTRUMENTATION_SCOPE_NAME => {
+                scan.scope_name = value
+            }
+            _ => {}
+        }
+    }
+
     #[inline]
     fn varint(&self, pos: usize, end: usize) -> Result<(u64, usize), String> {
         varint::read(self.data, pos, end).map_err(|e| match e {
@@ -73,9 +154,11 @@ impl<'a> Checker<'a> {
         &mut self,
         mut pos: usize,
         end: usize,
-        msg: Option<&'static Message>,
+        m: Option<u16>,
+        attr: bool,
         group: Option<u32>,
     ) -> Result<usize, String> {
+        let message = m.map(|i| &MESSAGES[i as usize]);
         loop {
             if pos >= end {
                 return match group {
@@ -94,8 +177,8 @@ impl<'a> Checker<'a> {
                 return Err(corrupt("field number 0", start));
             }
             pos = p;
-            let field = match msg {
-                Some(m) => m.field(number),
+            let field = match message {
+                Some(d) => d.field(number),
                 None => None,
             };
             match wire_type {
@@ -122,16 +205,23 @@ impl<'a> Checker<'a> {
                                 if std::str::from_utf8(&self.data[vstart..vend]).is_err() {
                                     return Err(format!(
                                         "invalid UTF-8 in string field {}.{} at byte {}",
-                                        msg.map(|m| m.name).unwrap_or(""),
+                                        message.map(|d| d.name).unwrap_or(""),
                                         f.name,
                                         start
                                     ));
                                 }
+                                if let Some(m) = m {
+                                    self.note(m, number, attr, (vstart, vend));
+                                }
                             }
-                            Kind::Bytes => {}
+                            Kind::Bytes => {
+                                if let Some(m) = m {
+                                    self.note(m, number, attr, (vstart, vend));
+                                }
+                            }
                             Kind::Message(i) => {
                                 self.nested(start)?;
-                                self.message(vstart, vend, Some(&MESSAGES[i as usize]), None)?;
+                                self.submessage(m, number, i, vstart, vend)?;
                                 self.depth += 1;
                             }
                             Kind::Varint if f.repeated => {
@@ -158,7 +248,7 @@ impl<'a> Checker<'a> {
                 }
                 3 => {
                     self.nested(start)?;
-                    pos = self.message(pos, end, None, Some(number))?;
+                    pos = self.message(pos, end, None, false, Some(number))?;
                     self.depth += 1;
                 }
                 4 => {
@@ -171,5 +261,41 @@ impl<'a> Checker<'a> {
                 _ => return Err(corrupt(&format!("wire type {wire_type}"), start)),
             }
         }
+    }
+
+    /// A message field's value, with the scan's bookkeeping around spans and scopes.
+    fn submessage(
+        &mut self,
+        parent: Option<u16>,
+        number: u32,
+        child: u16,
+        vstart: usize,
+        vend: usize,
+    ) -> Result<(), String> {
+        let attr = parent == Some(msg::SPAN) && number == num::SPAN_ATTRIBUTES;
+        if self.scan.is_none() || (child != msg::SPAN && child != msg::SCOPE_SPANS) {
+            self.message(vstart, vend, Some(child), attr, None)?;
+            return Ok(());
+        }
+        let scan = self.scan.as_deref_mut().expect("checked");
+        let before = scan.count;
+        if child == msg::SPAN {
+            scan.span_trace_id = (0, 0);
+        } else {
+            scan.scope_name = (0, 0);
+        }
+        self.message(vstart, vend, Some(child), attr, None)?;
+        let data = self.data;
+        let scan = self.scan.as_deref_mut().expect("checked");
+        if child == msg::SPAN {
+            scan.count += 1;
+            scan.trace_ids.push(scan.span_trace_id);
+        } else if scan.count > before && !scan.marked {
+            let name = &data[scan.scope_name.0..scan.scope_name.1];
+            if scope_marked(name, scan.scope_markers) {
+                scan.marked = true;
+            }
+        }
+        Ok(())
     }
 }

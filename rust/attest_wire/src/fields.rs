@@ -209,6 +209,7 @@ pub static MESSAGES: &[Message] = &[
         fields: &[
             Field { number: 1, name: "resource_spans", kind: Kind::Message(1), repeated: true },
         ],
+        by_number: &[0, 1],
     },
     Message {
         name: "opentelemetry.proto.trace.v1.ResourceSpans",
@@ -217,6 +218,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 2, name: "scope_spans", kind: Kind::Message(8), repeated: true },
             Field { number: 3, name: "schema_url", kind: Kind::Str, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3],
     },
     Message {
         name: "opentelemetry.proto.resource.v1.Resource",
@@ -225,6 +227,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 2, name: "dropped_attributes_count", kind: Kind::Varint, repeated: false },
             Field { number: 3, name: "entity_refs", kind: Kind::Message(7), repeated: true },
         ],
+        by_number: &[0, 1, 2, 3],
     },
     Message {
         name: "opentelemetry.proto.common.v1.KeyValue",
@@ -233,6 +236,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 2, name: "value", kind: Kind::Message(4), repeated: false },
             Field { number: 3, name: "key_strindex", kind: Kind::Varint, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3],
     },
     Message {
         name: "opentelemetry.proto.common.v1.AnyValue",
@@ -246,18 +250,21 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 7, name: "bytes_value", kind: Kind::Bytes, repeated: false },
             Field { number: 8, name: "string_value_strindex", kind: Kind::Varint, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3, 4, 5, 6, 7, 8],
     },
     Message {
         name: "opentelemetry.proto.common.v1.ArrayValue",
         fields: &[
             Field { number: 1, name: "values", kind: Kind::Message(4), repeated: true },
         ],
+        by_number: &[0, 1],
     },
     Message {
         name: "opentelemetry.proto.common.v1.KeyValueList",
         fields: &[
             Field { number: 1, name: "values", kind: Kind::Message(3), repeated: true },
         ],
+        by_number: &[0, 1],
     },
     Message {
         name: "opentelemetry.proto.common.v1.EntityRef",
@@ -267,6 +274,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 3, name: "id_keys", kind: Kind::Str, repeated: true },
             Field { number: 4, name: "description_keys", kind: Kind::Str, repeated: true },
         ],
+        by_number: &[0, 1, 2, 3, 4],
     },
     Message {
         name: "opentelemetry.proto.trace.v1.ScopeSpans",
@@ -275,6 +283,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 2, name: "spans", kind: Kind::Message(10), repeated: true },
             Field { number: 3, name: "schema_url", kind: Kind::Str, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3],
     },
     Message {
         name: "opentelemetry.proto.common.v1.InstrumentationScope",
@@ -284,6 +293,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 3, name: "attributes", kind: Kind::Message(3), repeated: true },
             Field { number: 4, name: "dropped_attributes_count", kind: Kind::Varint, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3, 4],
     },
     Message {
         name: "opentelemetry.proto.trace.v1.Span",
@@ -305,6 +315,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 15, name: "status", kind: Kind::Message(13), repeated: false },
             Field { number: 16, name: "flags", kind: Kind::Fixed32, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
     },
     Message {
         name: "opentelemetry.proto.trace.v1.Span.Event",
@@ -314,6 +325,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 3, name: "attributes", kind: Kind::Message(3), repeated: true },
             Field { number: 4, name: "dropped_attributes_count", kind: Kind::Varint, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3, 4],
     },
     Message {
         name: "opentelemetry.proto.trace.v1.Span.Link",
@@ -325,6 +337,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 5, name: "dropped_attributes_count", kind: Kind::Varint, repeated: false },
             Field { number: 6, name: "flags", kind: Kind::Fixed32, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3, 4, 5, 6],
     },
     Message {
         name: "opentelemetry.proto.trace.v1.Status",
@@ -332,12 +345,14 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 2, name: "message", kind: Kind::Str, repeated: false },
             Field { number: 3, name: "code", kind: Kind::Varint, repeated: false },
         ],
+        by_number: &[0, 0, 1, 2],
     },
     Message {
         name: "opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest",
         fields: &[
             Field { number: 1, name: "resource_logs", kind: Kind::Message(15), repeated: true },
         ],
+        by_number: &[0, 1],
     },
     Message {
         name: "opentelemetry.proto.logs.v1.ResourceLogs",
@@ -346,6 +361,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 2, name: "scope_logs", kind: Kind::Message(16), repeated: true },
             Field { number: 3, name: "schema_url", kind: Kind::Str, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3],
     },
     Message {
         name: "opentelemetry.proto.logs.v1.ScopeLogs",
@@ -354,6 +370,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 2, name: "log_records", kind: Kind::Message(17), repeated: true },
             Field { number: 3, name: "schema_url", kind: Kind::Str, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3],
     },
     Message {
         name: "opentelemetry.proto.logs.v1.LogRecord",
@@ -370,12 +387,14 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 11, name: "observed_time_unix_nano", kind: Kind::Fixed64, repeated: false },
             Field { number: 12, name: "event_name", kind: Kind::Str, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3, 0, 4, 5, 6, 7, 8, 9, 10, 11],
     },
     Message {
         name: "opentelemetry.proto.collector.metrics.v1.ExportMetricsServiceRequest",
         fields: &[
             Field { number: 1, name: "resource_metrics", kind: Kind::Message(19), repeated: true },
         ],
+        by_number: &[0, 1],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.ResourceMetrics",
@@ -384,6 +403,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 2, name: "scope_metrics", kind: Kind::Message(20), repeated: true },
             Field { number: 3, name: "schema_url", kind: Kind::Str, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.ScopeMetrics",
@@ -392,6 +412,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 2, name: "metrics", kind: Kind::Message(21), repeated: true },
             Field { number: 3, name: "schema_url", kind: Kind::Str, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.Metric",
@@ -406,12 +427,14 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 11, name: "summary", kind: Kind::Message(31), repeated: false },
             Field { number: 12, name: "metadata", kind: Kind::Message(3), repeated: true },
         ],
+        by_number: &[0, 1, 2, 3, 0, 4, 0, 5, 0, 6, 7, 8, 9],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.Gauge",
         fields: &[
             Field { number: 1, name: "data_points", kind: Kind::Message(23), repeated: true },
         ],
+        by_number: &[0, 1],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.NumberDataPoint",
@@ -424,6 +447,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 7, name: "attributes", kind: Kind::Message(3), repeated: true },
             Field { number: 8, name: "flags", kind: Kind::Varint, repeated: false },
         ],
+        by_number: &[0, 0, 1, 2, 3, 4, 5, 6, 7],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.Exemplar",
@@ -435,6 +459,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 6, name: "as_int", kind: Kind::Fixed64, repeated: false },
             Field { number: 7, name: "filtered_attributes", kind: Kind::Message(3), repeated: true },
         ],
+        by_number: &[0, 0, 1, 2, 3, 4, 5, 6],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.Sum",
@@ -443,6 +468,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 2, name: "aggregation_temporality", kind: Kind::Varint, repeated: false },
             Field { number: 3, name: "is_monotonic", kind: Kind::Varint, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.Histogram",
@@ -450,6 +476,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 1, name: "data_points", kind: Kind::Message(27), repeated: true },
             Field { number: 2, name: "aggregation_temporality", kind: Kind::Varint, repeated: false },
         ],
+        by_number: &[0, 1, 2],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.HistogramDataPoint",
@@ -466,6 +493,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 11, name: "min", kind: Kind::Fixed64, repeated: false },
             Field { number: 12, name: "max", kind: Kind::Fixed64, repeated: false },
         ],
+        by_number: &[0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.ExponentialHistogram",
@@ -473,6 +501,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 1, name: "data_points", kind: Kind::Message(29), repeated: true },
             Field { number: 2, name: "aggregation_temporality", kind: Kind::Varint, repeated: false },
         ],
+        by_number: &[0, 1, 2],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.ExponentialHistogramDataPoint",
@@ -492,6 +521,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 13, name: "max", kind: Kind::Fixed64, repeated: false },
             Field { number: 14, name: "zero_threshold", kind: Kind::Fixed64, repeated: false },
         ],
+        by_number: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.ExponentialHistogramDataPoint.Buckets",
@@ -499,12 +529,14 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 1, name: "offset", kind: Kind::Varint, repeated: false },
             Field { number: 2, name: "bucket_counts", kind: Kind::Varint, repeated: true },
         ],
+        by_number: &[0, 1, 2],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.Summary",
         fields: &[
             Field { number: 1, name: "data_points", kind: Kind::Message(32), repeated: true },
         ],
+        by_number: &[0, 1],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.SummaryDataPoint",
@@ -517,6 +549,7 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 7, name: "attributes", kind: Kind::Message(3), repeated: true },
             Field { number: 8, name: "flags", kind: Kind::Varint, repeated: false },
         ],
+        by_number: &[0, 0, 1, 2, 3, 4, 5, 6, 7],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.SummaryDataPoint.ValueAtQuantile",
@@ -524,23 +557,27 @@ pub static MESSAGES: &[Message] = &[
             Field { number: 1, name: "quantile", kind: Kind::Fixed64, repeated: false },
             Field { number: 2, name: "value", kind: Kind::Fixed64, repeated: false },
         ],
+        by_number: &[0, 1, 2],
     },
     Message {
         name: "opentelemetry.proto.trace.v1.TracesData",
         fields: &[
             Field { number: 1, name: "resource_spans", kind: Kind::Message(1), repeated: true },
         ],
+        by_number: &[0, 1],
     },
     Message {
         name: "opentelemetry.proto.logs.v1.LogsData",
         fields: &[
             Field { number: 1, name: "resource_logs", kind: Kind::Message(15), repeated: true },
         ],
+        by_number: &[0, 1],
     },
     Message {
         name: "opentelemetry.proto.metrics.v1.MetricsData",
         fields: &[
             Field { number: 1, name: "resource_metrics", kind: Kind::Message(19), repeated: true },
         ],
+        by_number: &[0, 1],
     },
 ];

@@ -385,6 +385,7 @@ const fn tag_of(number: u32) -> u8 {
 /// The GenAI marks of `ingest.candidate`, for the request-level tests.
 #[pyclass(frozen, module = "attest_otel_wire")]
 struct Marks {
+    keys: probe::PrefixSet,
     names: probe::PrefixSet,
     suffixes: probe::PrefixSet,
     scopes: Vec<Vec<u8>>,
@@ -394,11 +395,13 @@ struct Marks {
 impl Marks {
     #[new]
     fn new(
+        key_prefixes: &Bound<'_, PyAny>,
         name_prefixes: &Bound<'_, PyAny>,
         name_suffixes: &Bound<'_, PyAny>,
         scope_markers: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         Ok(Marks {
+            keys: probe::PrefixSet::new(byte_list(key_prefixes)?),
             names: probe::PrefixSet::new(byte_list(name_prefixes)?),
             suffixes: probe::PrefixSet::new(byte_list(name_suffixes)?),
             scopes: byte_list(scope_markers)?,
@@ -413,6 +416,73 @@ impl Marks {
     /// Whether an instrumentation scope's name (UTF-8 bytes) marks all its spans.
     fn scope(&self, name: &[u8]) -> bool {
         probe::scope_marked(name, &self.scopes)
+    }
+
+    /// (why `data` is not a valid ExportTraceServiceRequest or None, and when it is one and
+    /// no span of it is marked (attribute key, name, scope), its (spans, raw trace ids)).
+    /// One walk: the validation the request needs anyway, noting the marks on the way.
+    fn check_plain<'py>(
+        &self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<(Option<String>, Option<(usize, Bound<'py, PySet>)>)> {
+        let data = bytes_of(data)?;
+        let data: &[u8] = &data;
+        let run = || {
+            let mut scan =
+                check::PlainScan::new(&self.keys, &self.names, &self.suffixes, &self.scopes);
+            let problem = check::check_traces(data, &mut scan);
+            (problem, scan.marked, scan.count, scan.trace_ids)
+        };
+        let (problem, marked, count, ids) = if data.len() >= DETACH_BYTES {
+            py.detach(run)
+        } else {
+            run()
+        };
+        if problem.is_some() || marked {
+            return Ok((problem, None));
+        }
+        let set = PySet::empty(py)?;
+        for (s, e) in ids {
+            set.add(PyBytes::new(py, &data[s..e]))?;
+        }
+        Ok((None, Some((count, set))))
+    }
+
+    /// (span id, parent span id, looks GenAI, span record) of every span of a request: a
+    /// held trace's shape. GenAI: a marked scope or name, or a key `keys` finds in the span.
+    fn shape<'py>(
+        &self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+        keys: &KeyFinder,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let data = bytes_of(data)?;
+        let cuts = cut::split(&data).map_err(wire_err)?;
+        let out = PyList::empty(py);
+        for rc in cuts {
+            for sc in rc.scopes {
+                let scope = !sc.spans.is_empty()
+                    && probe::scope_marked(
+                        cut::scope_name(&data, &sc.scope_parts).map_err(wire_err)?,
+                        &self.scopes,
+                    );
+                for s in sc.spans {
+                    let record = &data[s.record.0..s.record.1];
+                    let genai = scope
+                        || self.name(&data[s.name.0..s.name.1])
+                        || keys.probe.search(record, 0, record.len());
+                    let (sid, parent) = cut::span_links(record);
+                    out.append((
+                        slice(py, record, sid),
+                        slice(py, record, parent),
+                        genai,
+                        PyBytes::new(py, record),
+                    ))?;
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// (spans, raw trace ids) of a request in which no scope and no span name is marked;
@@ -442,12 +512,37 @@ impl Marks {
     }
 }
 
+/// Fixed byte strings, any of which may occur in a record (SIMD substring search).
+#[pyclass(frozen, module = "attest_otel_wire")]
+struct Substrings {
+    finders: Vec<memchr::memmem::Finder<'static>>,
+}
+
+#[pymethods]
+impl Substrings {
+    #[new]
+    fn new(needles: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Substrings {
+            finders: byte_list(needles)?
+                .iter()
+                .map(|n| memchr::memmem::Finder::new(n).into_owned())
+                .collect(),
+        })
+    }
+
+    /// Whether one of the strings occurs in `data`.
+    fn any_in(&self, data: &[u8]) -> bool {
+        self.finders.iter().any(|f| f.find(data).is_some())
+    }
+}
+
 #[pymodule]
 fn attest_otel_wire(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WireError", m.py().get_type::<WireError>())?;
     m.add("MAX_DEPTH", check::MAX_DEPTH)?;
     m.add_class::<KeyFinder>()?;
     m.add_class::<Marks>()?;
+    m.add_class::<Substrings>()?;
     m.add_function(wrap_pyfunction!(check_message, m)?)?;
     m.add_function(wrap_pyfunction!(split, m)?)?;
     m.add_function(wrap_pyfunction!(span_links, m)?)?;

@@ -27,12 +27,17 @@ pub struct Field {
 pub struct Message {
     pub name: &'static str,
     pub fields: &'static [Field],
+    /// Field number -> 1 + its index in `fields`, 0 for none (OTLP's numbers are small).
+    pub by_number: &'static [u8],
 }
 
 impl Message {
     #[inline]
     pub fn field(&self, number: u32) -> Option<&'static Field> {
-        self.fields.iter().find(|f| f.number == number)
+        match self.by_number.get(number as usize) {
+            Some(&i) if i > 0 => Some(&self.fields[i as usize - 1]),
+            _ => None,
+        }
     }
 }
 
