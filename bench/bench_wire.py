@@ -41,10 +41,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 )
 from sidecar_workload import build_requests  # noqa: E402
 
-from attest_otel.sidecar import wire  # noqa: E402
+from attest_otel.sidecar import probe, wire  # noqa: E402
 from attest_otel.sidecar.requests import RequestPath  # noqa: E402
 from attest_otel.sidecar.stats import SidecarStats  # noqa: E402
 
+AGENT_MARKS = probe._AGENT_MARKS
+CORE_AGENT_PROBE = probe._is_agent_record
 BASELINE = "594a08c"
 """The last commit whose sidecar/wire.py walks the bytes in Python."""
 
@@ -61,6 +63,35 @@ def baseline_wire() -> types.ModuleType:
     module.__dict__["__name__"] = "baseline_wire"
     sys.modules["baseline_wire"] = module
     exec(compile(source, "baseline_wire.py", "exec"), module.__dict__)
+    old: Any = module
+
+    # What the sidecar asked of the baseline in place of the core's one-walk functions.
+    def check_traces(data: bytes) -> tuple[str | None, tuple[int, set[bytes]] | None]:
+        problem = old.check_message(data, ExportTraceServiceRequest)
+        if problem is not None or old.GENAI_KEY_BYTES.search(data) is not None:
+            return problem, None
+        return None, old.plain_request(data)
+
+    def span_shapes(data: bytes) -> list[tuple[bytes, bytes, bool, bytes]]:
+        out = []
+        for group in old.split_request(data):
+            scope = group.is_genai_scope()
+            for _trace_id, name, record in group.spans:
+                span_id, parent_id = old.span_links(record)
+                genai = (
+                    scope
+                    or old.is_genai_name(name)
+                    or old.GENAI_KEY_BYTES.search(record) is not None
+                )
+                out.append((span_id, parent_id, genai, record))
+        return out
+
+    def is_agent_record(record: bytes) -> bool:
+        return AGENT_MARKS[0] in record or AGENT_MARKS[1] in record
+
+    module.check_traces = check_traces
+    module.span_shapes = span_shapes
+    module.is_agent_record = is_agent_record
     return module
 
 
@@ -75,6 +106,7 @@ def use(impl: types.ModuleType, current: dict[str, Any]) -> None:
                     setattr(module, attr, getattr(impl, wname))
     current.clear()
     current.update({k: v for k, v in vars(impl).items() if not k.startswith("__")})
+    probe._is_agent_record = getattr(impl, "is_agent_record", CORE_AGENT_PROBE)
 
 
 def path_for(buffer: Any) -> RequestPath:

@@ -101,15 +101,18 @@ impl<'a, 's, 'p> Checker<'a, 's, 'p> {
         let Some(scan) = self.scan.as_deref_mut() else {
             return;
         };
-        let text = &self.data[value.0..value.1];
+        let data = self.data;
+        let text = || &data[value.0..value.1];
         match m {
             msg::KEY_VALUE if attr && number == num::KEY_VALUE_KEY => {
-                if scan.key_prefixes.starts(text) {
+                if !scan.marked && scan.key_prefixes.starts(text()) {
                     scan.marked = true;
                 }
             }
             msg::SPAN if number == num::SPAN_NAME => {
-                if scan.name_prefixes.starts(text) || scan.name_suffixes.ends(text) {
+                if !scan.marked
+                    && (scan.name_prefixes.starts(text()) || scan.name_suffixes.ends(text()))
+                {
                     scan.marked = true;
                 }
             }
@@ -202,7 +205,8 @@ impl<'a, 's, 'p> Checker<'a, 's, 'p> {
                     if let Some(f) = field {
                         match f.kind {
                             Kind::Str => {
-                                if std::str::from_utf8(&self.data[vstart..vend]).is_err() {
+                                let text = &self.data[vstart..vend];
+                                if !text.is_ascii() && std::str::from_utf8(text).is_err() {
                                     return Err(format!(
                                         "invalid UTF-8 in string field {}.{} at byte {}",
                                         message.map(|d| d.name).unwrap_or(""),

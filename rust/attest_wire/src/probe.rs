@@ -7,6 +7,7 @@ use memchr::memchr_iter;
 /// Byte strings grouped by their first byte, for "does one of them start here?".
 pub struct PrefixSet {
     by_first: Vec<Vec<Vec<u8>>>,
+    all: Vec<Vec<u8>>,
     empty: bool,
 }
 
@@ -24,11 +25,16 @@ impl PrefixSet {
             group.sort();
             group.dedup();
         }
-        PrefixSet { by_first, empty }
+        let all = by_first.iter().flatten().cloned().collect();
+        PrefixSet {
+            by_first,
+            all,
+            empty,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        !self.empty && self.by_first.iter().all(|g| g.is_empty())
+        !self.empty && self.all.is_empty()
     }
 
     /// Whether one of the strings starts `text`.
@@ -59,7 +65,7 @@ impl PrefixSet {
     }
 
     pub fn ends(&self, text: &[u8]) -> bool {
-        self.by_first.iter().flatten().any(|s| text.ends_with(s)) || self.empty
+        self.empty || self.all.iter().any(|s| text.ends_with(s))
     }
 }
 
