@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from attest_otel.adapt.base import OUTPUT, Role
+from attest_otel.adapt.base import OUTPUT, SYSTEM, Role
 from attest_otel.adapt.generic import GENERIC, bare_name, protocol_span
 from attest_otel.adapt.tree import Logs, Node, inside
 
@@ -49,8 +49,9 @@ def read_decorated(nodes: Iterable[Node], logs: Logs) -> int:
             node.dialect, node.role = GENERIC, Role.TOOL
             marked += 1
     candidates = {id(n) for n in free if n.role is None and id(n) in above and not _in_model(n)}
+    prompts = _prompts(models, candidates, logs)
     for node in free:
-        if id(node) in candidates and _outermost(node, candidates):
+        if id(node) in candidates and _outermost(node, candidates, prompts):
             node.dialect, node.role = GENERIC, Role.AGENT
             marked += 1
     return marked
@@ -99,14 +100,33 @@ def _asked_here(node: Node, askers: list[Node], above: set[int]) -> bool:
     )
 
 
-def _outermost(node: Node, candidates: set[int]) -> bool:
+def _prompts(models: list[Node], candidates: set[int], logs: Logs) -> dict[int, str]:
+    """The system prompt of the first model call of each candidate span's own (the nearest
+    candidate above the call), by the candidate's id; candidates without one are left out."""
+    out: dict[int, str] = {}
+    for model in sorted(models, key=lambda n: n.key):
+        parent, steps = model.parent, 0
+        while parent is not None and steps < _MAX_UP and id(parent) not in candidates:
+            parent, steps = parent.parent, steps + 1
+        if parent is not None and id(parent) not in out:
+            system = model.part(SYSTEM, logs)
+            if isinstance(system, str) and system:
+                out[id(parent)] = system
+    return out
+
+
+def _outermost(node: Node, candidates: set[int], prompts: dict[int, str]) -> bool:
     """No other candidate above it short of a tool call: spans between an agent's span and
-    its model calls (a per-turn `step`) are part of that agent's run, not runs of their own."""
+    its model calls (a per-turn `step`) are part of that agent's run, not runs of their own.
+    A candidate whose model calls have another system prompt than those of the candidate
+    above it is another agent, run by the outer one without a tool span between them (a
+    hand-written loop whose tools have no spans; issue 25, class 6)."""
     parent, steps = node.parent, 0
     while parent is not None and steps < _MAX_UP:
         if parent.role is Role.TOOL:
             return True
         if id(parent) in candidates:
-            return False
+            own, outer = prompts.get(id(node)), prompts.get(id(parent))
+            return own is not None and outer is not None and own != outer
         parent, steps = parent.parent, steps + 1
     return True

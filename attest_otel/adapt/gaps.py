@@ -30,7 +30,7 @@ from typing import Any
 
 from attest_otel.adapt.base import OUTPUT, Role
 from attest_otel.adapt.matching import Call, ModelCall
-from attest_otel.adapt.tree import CALLS, Logs, Node, RunBuild
+from attest_otel.adapt.tree import ANSWER_TOOLS, CALLS, Logs, Node, RunBuild
 from attest_otel.adapt.witness import looks_like_handoff
 from attest_otel.model import Span
 
@@ -38,8 +38,6 @@ __all__ = ["ANSWER_TOOLS", "UNCHECKED", "Survey", "find", "survey"]
 
 log = logging.getLogger(__name__)
 
-ANSWER_TOOLS = frozenset(("final_answer",))
-"""Tools a framework gives the model to deliver its answer: asking for one is no tool use."""
 
 _LISTED = 3
 """Names listed in one reason before "and N more": a reason is one readable sentence."""
@@ -122,12 +120,16 @@ def _tool_like(
 
 def _owner(node: Node, run_of: dict[int, RunBuild]) -> RunBuild | None:
     """The run a span sits in; None inside a span that was read (a tool's or a model call's
-    own inner spans are not calls of the run) or outside every run."""
+    own inner spans are not calls of the run) or outside every run. A model call's span is
+    its own even where it is the run's root too (a run no agent span marks, whose one model
+    span covers it): the client's raw-request spans under it are the model call's."""
     up = node.parent
     while up is not None:
+        if up.role is Role.MODEL:
+            return None
         if id(up) in run_of:
             return run_of[id(up)]
-        if up.role in (Role.TOOL, Role.HANDOFF, Role.MODEL):
+        if up.role in (Role.TOOL, Role.HANDOFF):
             return None
         up = up.parent
     return None

@@ -170,13 +170,37 @@ def _phase(call: Call) -> str | None:
     return None
 
 
+def _event_of(call: Call, by_node: dict[int, Call]) -> tuple[Call, str] | None:
+    """The call whose tool span holds this one, when this one is named after a lifecycle
+    event (BeeAI's emitter: an `error` TOOL span inside the `charge_card` TOOL span), with
+    the event's phase; None for a call of its own."""
+    node = call.node
+    if node is None or node.parent is None or not isinstance(call.name, str):
+        return None
+    phase = _PHASES.get(call.name.strip().lower())
+    owner = by_node.get(id(node.parent))
+    if phase is None or owner is None:
+        return None
+    return owner, phase
+
+
 def fold_lifecycle(calls: list[Call]) -> list[Call]:
     """A call recorded as one span per lifecycle event (start, success or error, finish) is
     one call: the events after a start, up to its finish, fold into it, and an error event
     makes it an error (issue 25, class 1). `calls` are in start order (`dedupe`)."""
     opened: dict[Any, Call] = {}
     kept: list[Call] = []
+    by_node: dict[int, Call] = {}
     for call in calls:
+        event = _event_of(call, by_node)
+        if event is not None:
+            _merge(event[0], call)
+            if event[1] == _FAILED or call.is_error:
+                event[0].is_error = True
+                event[0].error_text = event[0].error_text or call.error_text
+            continue
+        if call.node is not None:
+            by_node[id(call.node)] = call
         phase = _phase(call)
         current = opened.get(call.name) if phase is not None else None
         if phase is None or phase == _OPEN or current is None:

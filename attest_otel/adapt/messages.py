@@ -252,15 +252,16 @@ def _block(block: dict[str, Any], msg: Message, texts: list[str]) -> None:
             or block.get("toolCallId")
             or block.get("id")
         )
+        error = bool(block.get("is_error"))
         if btype == "tool_call_response":
-            content = block.get("response", block.get("result"))
+            content, error = _function_response(block.get("response", block.get("result")))
         elif btype == "tool_result":
             content = _flatten_content(block.get("content"))
         elif btype == "tool-result":
             content = block.get("output", block.get("result"))
         else:
             content = block.get("output")
-        error = bool(block.get("is_error"))
+        error = error or bool(block.get("is_error"))
         if isinstance(content, dict) and "type" in content and "value" in content:
             # Vercel v5+ tool output: {type: text|json|error-text|error-json, value}
             error = error or str(content["type"]).startswith("error")
@@ -295,12 +296,9 @@ def _block(block: dict[str, Any], msg: Message, texts: list[str]) -> None:
         return
     fresp = block.get("function_response") or block.get("functionResponse")
     if isinstance(fresp, dict):
+        content, error = _function_response(fresp.get("response"))
         msg.tool_results.append(
-            ToolReply(
-                clean_id(fresp.get("id")),
-                _unwrap_result(fresp.get("response")),
-                _opt_str(fresp.get("name")),
-            )
+            ToolReply(clean_id(fresp.get("id")), content, _opt_str(fresp.get("name")), error)
         )
         return
     if btype is None and isinstance(block.get("text"), str) and block["text"]:
@@ -331,11 +329,19 @@ def _flatten_content(content: Any) -> Any:
     return content
 
 
-def _unwrap_result(value: Any) -> Any:
-    """ADK wraps non-dict tool results as `{"result": value}`; the value is what the tool said."""
-    if isinstance(value, dict) and len(value) == 1 and "result" in value:
-        return value["result"]
-    return value
+def _function_response(value: Any) -> tuple[Any, bool]:
+    """A Gemini function response and whether it is an error. The Gemini API's convention is
+    `{"output": ...}` (`{"result": ...}` from ADK and the google-genai SDK) for what the
+    function returned and `{"error": ...}` for what it raised (google-genai's automatic
+    function calling sends `{"error": "<exception>"}`): the value is what the tool said,
+    and the error key alone is the protocol's own error flag (issue 25, class 3)."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((key, inner),) = value.items()
+        if key in ("result", "output"):
+            return inner, False
+        if key == "error" and inner not in (None, "", [], {}):
+            return inner, True
+    return value, False
 
 
 _OPENAI_ITEM_TYPES = ("function_call", "function_call_output", "message", "reasoning")

@@ -158,6 +158,18 @@ def _answer_tool(calls: list[Call]) -> Call | None:
     return found[-1] if found else None
 
 
+_FINISH_STEPS = frozenset(("finish",))
+"""The last step of a ReAct loop, recorded as a tool (DSPy's `finish`, called with no
+arguments): the loop ending, not a use of a tool, so no policy may call it disallowed."""
+
+
+def _drop_finish(calls: list[Call]) -> None:
+    """Drops the run's last call when it is the loop's finish step (issue 25, class 4); a
+    `finish` with arguments, or before other calls, is some tool of that name."""
+    if calls and calls[-1].name in _FINISH_STEPS and not calls[-1].arguments:
+        calls.pop()
+
+
 _REPR = re.compile(r"^[A-Z][A-Za-z0-9_]*\((?:[a-z_]+=|\))")
 _STATE_AGENT = re.compile(r"""\b(?:current_)?agent_name=['"]([\w.-]{1,128})['"]""")
 
@@ -366,6 +378,7 @@ class _Trace:
         for call in calls:
             error_fields(call)
         calls.sort(key=lambda c: c.key)
+        _drop_finish(calls)
 
         run = Run(trace_id=self.trace_id, span_id=build.root.span.span_id)
         anchor = build.node or (build.root if build.root.dialect is not None else None)

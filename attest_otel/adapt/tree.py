@@ -16,6 +16,7 @@ from attest_otel.adapt.base import Dialect, Exchange, Role, Want
 from attest_otel.model import LogRecord, Run, Span
 
 __all__ = [
+    "ANSWER_TOOLS",
     "CALLS",
     "WORK",
     "Logs",
@@ -32,6 +33,11 @@ log = logging.getLogger("attest_otel.adapt.runs")
 
 WORK = (Role.TOOL, Role.MODEL, Role.HANDOFF)
 CALLS = (Role.TOOL, Role.HANDOFF)
+
+ANSWER_TOOLS = frozenset(("final_answer",))
+"""Tools a framework gives the model to deliver its answer: asking for one is no tool use,
+and an agent span named after one with no work of its own is the agent's answer event
+(BeeAI's `final_answer` AGENT span beside the run), not an agent."""
 
 
 class Node:
@@ -97,7 +103,9 @@ class RunBuild:
 
 def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
     """The runs of one linked trace, each with its member spans and nested runs."""
-    agents = _turns_merged([n for n in nodes.values() if n.role is Role.AGENT])
+    agents = _beside_its_work(
+        nodes, _turns_merged([n for n in nodes.values() if n.role is Role.AGENT])
+    )
     if not agents:
         agents = _implicit_agents(nodes)
     if not agents:
@@ -129,10 +137,11 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
     # An empty agent span named like an agent that works elsewhere in the trace marks the
     # moment of a handoff (OpenLIT), not a run of its own.
     working = {_name(a) for a in agents if id(a) in has_work} - {None}
+    not_runs = working | ANSWER_TOOLS  # empty agent spans that mark a handoff or an answer
     runs = {
         id(a): RunBuild(a, a)
         for a in agents
-        if id(a) in has_work or (id(a) not in has_agent_below and _name(a) not in working)
+        if id(a) in has_work or (id(a) not in has_agent_below and _name(a) not in not_runs)
     }
     for turn, canon in later:
         build = runs.get(id(canon))
@@ -171,6 +180,44 @@ def run_builds(nodes: dict[str, Node], roots: list[Node]) -> list[RunBuild]:
 
 def _name(node: Node) -> str | None:
     return node.dialect.agent_name(node.span) if node.dialect is not None else None
+
+
+def _beside_its_work(nodes: dict[str, Node], agents: list[Node]) -> list[Node]:
+    """An agent span with nothing below it, beside a span of the same name that holds the
+    agent's work (OpenLLMetry's LangGraph instrumentation: an empty `invoke_agent billing_agent`
+    next to `execute_task billing_agent`, under the tool that called the agent): that span is
+    the agent's, and the empty one only marks it (issue 25, class 6)."""
+    parents = {id(n.parent) for n in nodes.values() if n.parent is not None}
+    empty = [a for a in agents if id(a) not in parents and a.parent is not None]
+    if not empty:
+        return agents
+    work_below: set[int] = set()
+    for node in nodes.values():
+        if node.role in WORK:
+            up, steps = node.parent, 0
+            while up is not None and steps < 64 and id(up) not in work_below:
+                work_below.add(id(up))
+                up, steps = up.parent, steps + 1
+    beside: dict[int, list[Node]] = {id(a.parent): [] for a in empty}
+    for node in nodes.values():
+        if (
+            id(node.parent) in beside
+            and node.role in (Role.OTHER, Role.WORKFLOW)
+            and id(node) in work_below
+        ):
+            beside[id(node.parent)].append(node)
+    moved: dict[int, Node] = {}
+    for agent in empty:
+        candidates = beside[id(agent.parent)]
+        name = _name(agent) if candidates else None
+        if not name:
+            continue
+        for node in candidates:
+            if node.role is not Role.AGENT and _name(node) == name:
+                node.role, agent.role = Role.AGENT, Role.WORKFLOW
+                moved[id(agent)] = node
+                break
+    return [moved.get(id(a), a) for a in agents]
 
 
 def _turns_merged(agents: list[Node]) -> list[Node]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from attest_otel.adapt import guard
 from attest_otel.adapt.base import (
@@ -56,6 +56,7 @@ def from_models(
         return
     requests: list[_Request] = []
     seen: set[str] = set()
+    reused: set[str] = set()
     outputs_captured = True
     for group in groups:
         out = group.part(OUTPUT, logs)
@@ -66,7 +67,11 @@ def from_models(
             for req in msg.tool_calls:
                 if req.call_id is not None:
                     if req.call_id in seen:
-                        continue
+                        again = _asked_again(group, logs, req, seen)
+                        if again is None:
+                            continue  # the same request seen by another span of the call
+                        reused.add(req.call_id)
+                        req = again
                     seen.add(req.call_id)
                 requests.append(_Request(req, group.end, len(requests), group.lead))
     if not requests and build.node is not None:
@@ -82,6 +87,8 @@ def from_models(
                         seen.add(req.call_id)
                     requests.append(_Request(req, when, len(requests), build.node))
         outputs_captured = outputs_captured or bool(requests)
+    if not requests and build.node is None and groups:
+        _history_requests(groups[-1], logs, seen, requests)
     replies: dict[str, ToolReply] = {}
     if not outputs_captured:
         # Requests only in the history: read every input, oldest first, for their order.
@@ -164,7 +171,7 @@ def from_models(
     for group in reversed(groups):
         if not wanted:
             break
-        for msg in group.part(INPUT, logs) or ():
+        for msg in _numbered(group.part(INPUT, logs), reused):
             _collect_replies(msg, replies)
             for reply in msg.tool_results:  # not `wanted -= replies.keys()`: a copy
                 if reply.call_id in replies:
@@ -173,7 +180,7 @@ def from_models(
         for msg in build.node.part(INPUT, logs) or ():
             _collect_replies(msg, replies)
     if groups and _may_flag(groups[-1], logs):
-        for msg in groups[-1].part(INPUT, logs) or ():
+        for msg in _numbered(groups[-1].part(INPUT, logs), reused):
             _collect_replies(msg, replies)
     for call in calls:
         if call.call_id is None:
@@ -189,6 +196,85 @@ def from_models(
     if heard:
         unanswered = {i for i in heard if not calls[i].output_captured}
         calls[:] = [c for i, c in enumerate(calls) if i not in unanswered]
+
+
+def _asked_again(
+    group: ModelCall, logs: Logs, req: ToolRequest, seen: set[str]
+) -> ToolRequest | None:
+    """A call id asked for again after the model was given its result is a new call: an
+    instrumentation that makes ids up per message (`<tool>_0`, google-genai's) repeats them
+    across the conversation (issue 25, class 1). It becomes the id's n-th use, `id~n`, as
+    `_numbered` numbers the history. None: the model was not told about that id yet, so this
+    is the same request seen by another span of the same model call."""
+    told = sum(
+        1
+        for msg in group.part(INPUT, logs) or ()
+        for reply in msg.tool_results
+        if reply.call_id == req.call_id
+    )
+    nth = _nth_id(str(req.call_id), told + 1)
+    if told == 0 or nth in seen:
+        return None
+    return ToolRequest(nth, req.name, req.arguments)
+
+
+def _nth_id(call_id: str, nth: int) -> str:
+    return call_id if nth == 1 else f"{call_id}~{nth}"
+
+
+def _numbered(history: list[Message] | None, reused: set[str]) -> list[Message]:
+    """The history with each reused id's n-th request and n-th result as `id~n`."""
+    if not history or not reused:
+        return history or []
+    asked: dict[str, int] = {}
+    told: dict[str, int] = {}
+    out = []
+    for msg in history:
+        if not any(r.call_id in reused for r in msg.tool_calls) and not any(
+            r.call_id in reused for r in msg.tool_results
+        ):
+            out.append(msg)
+            continue
+        out.append(
+            replace(
+                msg,
+                tool_calls=[
+                    replace(r, call_id=_count(r.call_id, asked)) if r.call_id in reused else r
+                    for r in msg.tool_calls
+                ],
+                tool_results=[
+                    replace(r, call_id=_count(r.call_id, told)) if r.call_id in reused else r
+                    for r in msg.tool_results
+                ],
+            )
+        )
+    return out
+
+
+def _count(call_id: str | None, counts: dict[str, int]) -> str:
+    key = str(call_id)
+    counts[key] = counts.get(key, 0) + 1
+    return _nth_id(key, counts[key])
+
+
+def _history_requests(
+    newest: ModelCall, logs: Logs, seen: set[str], requests: list[_Request]
+) -> None:
+    """Requests only in the newest model call's history: one model span stands for a whole
+    multi-step run (a client that writes each request onto the caller's span, the last one
+    winning), so no output names the calls the history shows. Only the history after the
+    last user message is this run's: what comes before it belongs to earlier turns of the
+    conversation, graded with those turns."""
+    history = newest.part(INPUT, logs) or []
+    start = max((i + 1 for i, m in enumerate(history) if m.role == "user"), default=0)
+    for msg in history[start:]:
+        if msg.role != "assistant":
+            continue
+        for req in msg.tool_calls:
+            if req.call_id is None or req.call_id in seen:
+                continue  # without an id a request cannot be told from one already read
+            seen.add(req.call_id)
+            requests.append(_Request(req, newest.start, len(requests), newest.lead))
 
 
 def _stray(calls: list[Call], req: ToolRequest, asked: set[str]) -> Call | None:

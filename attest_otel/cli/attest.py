@@ -9,6 +9,7 @@ import click
 
 from attest_otel.cli.common import (
     Warnings,
+    budget_option,
     exit_for,
     json_option,
     model_options,
@@ -21,6 +22,7 @@ from attest_otel.errors import InputError
 @click.command()
 @click.argument("file", type=click.Path(path_type=Path))
 @model_options
+@budget_option
 @json_option
 @strict_option
 def tools(
@@ -28,15 +30,18 @@ def tools(
     appropriate: bool,
     check_answer: bool,
     model: str | None,
+    budget_s: float,
     as_json: bool,
     strict: bool,
 ) -> None:
     """Grade the tool use of the runs in FILE (.json: one run; .jsonl: one per line)."""
     from attest_otel.grade import grader
+    from attest_otel.sidecar.bounded import run_grader
 
     runs = _read_runs(file, strict)
     judge = grader.judge_for_tool_use(asked=appropriate or check_answer, model=model)
-    results = [grader.grade(run, judge=judge, appropriate=appropriate) for run in runs]
+    grade_run = run_grader(grader.grade, judge, appropriate, budget_s)
+    results = [grade_run(run) for run in runs]
     print_runs(runs, results, as_json)
     exit_for(results)
 
@@ -46,15 +51,18 @@ def tools(
 @click.option(
     "--model", help="Model for the checks (default: $ATTEST_OTEL_MODEL or claude-haiku-4-5)."
 )
+@budget_option
 @json_option
 @strict_option
-def run(file: Path, model: str | None, as_json: bool, strict: bool) -> None:
+def run(file: Path, model: str | None, budget_s: float, as_json: bool, strict: bool) -> None:
     """Run every check on the runs in FILE; model checks whenever ANTHROPIC_API_KEY is set."""
     from attest_otel.grade import grader, llm
+    from attest_otel.sidecar.bounded import run_grader
 
     runs = _read_runs(file, strict)
     judge = llm.judge_from_env(model)
-    results = [grader.grade(r, judge=judge) for r in runs]
+    grade_run = run_grader(grader.grade, judge, False, budget_s)
+    results = [grade_run(r) for r in runs]
     print_runs(runs, results, as_json)
     exit_for(results)
 

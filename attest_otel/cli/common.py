@@ -75,6 +75,21 @@ def model_options(f: F) -> F:
     return f
 
 
+def budget_option(f: F) -> F:
+    """`--budget SECONDS`: how long grading one run may take, model calls included
+    (`sidecar.bounded.run_grader`; docs/hostile-input.md, "Grading budget")."""
+    return click.option(
+        "--budget",
+        "budget_s",
+        type=click.FloatRange(min=0, min_open=True),
+        default=300.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="How long grading one run may take, model calls included; past it the run is "
+        "reported review, not graded.",
+    )(f)
+
+
 def _apply_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     """The sidecar's config file as the defaults of this command: its store for `--from`,
     its policy for `--policy`. Flags given on the command line still win (click reads

@@ -11,6 +11,7 @@ import click
 
 from attest_otel.cli.common import (
     Warnings,
+    budget_option,
     config_option,
     exit_for,
     json_option,
@@ -90,6 +91,7 @@ def _parse_fallbacks(
     help="TOOL=ALTERNATIVE, repeatable.",
 )
 @model_options
+@budget_option
 @json_option
 @strict_option
 @click.option("--export", is_flag=True, help="Send grade spans, log events and metrics over OTLP.")
@@ -119,6 +121,7 @@ def grade(
     appropriate: bool,
     check_answer: bool,
     model: str | None,
+    budget_s: float,
     as_json: bool,
     strict: bool,
     export: bool,
@@ -139,6 +142,7 @@ def grade(
     from attest_otel.ingest.decode import decode_file
     from attest_otel.pipeline import Reading, grade_traces
     from attest_otel.policy import Policy, load_policy
+    from attest_otel.sidecar.bounded import run_grader
 
     if file is not None and (trace_id is not None or since_s is not None):
         other = "--trace-id" if trace_id is not None else "--since"
@@ -172,6 +176,9 @@ def grade(
         fallbacks or None,
         regrade=tuple(flag for flag, on in given if on),
     )
+    # Each run within the budget, in a thread of its own: a model that never answers, or a
+    # run that grades for ever, costs the budget (docs/hostile-input.md, "Grading budget").
+    grade_run = run_grader(grader.grade, judge, appropriate, budget_s)
     graded: list[GradedTrace]
     if file is not None:
         with status(f"reading {file}"):
@@ -180,7 +187,12 @@ def grade(
             raise InputError(str(file), "no spans to grade")
         with status(f"grading {len(decoded.spans)} spans"):
             graded = grade_traces(
-                decoded.spans, decoded.logs, reading, judge=judge, appropriate=appropriate
+                decoded.spans,
+                decoded.logs,
+                reading,
+                judge=judge,
+                appropriate=appropriate,
+                grade_run=grade_run,
             )
         _unused_policy_agents(loaded, [g.trace for g in graded], warn)
         warn.check()
@@ -203,6 +215,7 @@ def grade(
             reading=reading,
             judge=judge,
             appropriate=appropriate,
+            grade_run=grade_run,
         )
         if not graded:
             from attest_otel.store import redact

@@ -32,6 +32,7 @@ from attest_otel.errors import UsageError
 if TYPE_CHECKING:
     from attest_otel.grade.questions import Judge
     from attest_otel.ingest.decode import Decoded
+    from attest_otel.model import CheckResult, Run
     from attest_otel.pipeline import GradedTrace, Reading
     from attest_otel.sources import HttpOptions, Source
 
@@ -239,6 +240,7 @@ def grade_trace(
     reading: Reading | None = None,
     judge: Judge | None = None,
     appropriate: bool = False,
+    grade_run: Callable[[Run], CheckResult] | None = None,
 ) -> list[GradedTrace]:
     """Every run of one trace with its grade, as `grade --file` grades a file's traces.
 
@@ -255,7 +257,13 @@ def grade_trace(
     else:
         decoded = source.fetch(trace_id)
     return grade_traces(
-        decoded.spans, decoded.logs, reading, judge=judge, appropriate=appropriate, stored=stored
+        decoded.spans,
+        decoded.logs,
+        reading,
+        judge=judge,
+        appropriate=appropriate,
+        grade_run=grade_run,
+        stored=stored,
     )
 
 
@@ -302,6 +310,7 @@ def grade_from_source(
     judge: Judge | None = None,
     appropriate: bool = False,
     show_progress: bool | None = None,
+    grade_run: Callable[[Run], CheckResult] | None = None,
 ) -> list[GradedTrace]:
     """`grade --trace-id ID` or `grade --since D`, from any source: the graded traces, for
     the CLI to print and export exactly as it does those of `grade --file`."""
@@ -312,7 +321,14 @@ def grade_from_source(
     opened = open_source(source, http)
 
     def one(tid: str) -> list[GradedTrace]:
-        return grade_trace(tid, opened, reading=reading, judge=judge, appropriate=appropriate)
+        return grade_trace(
+            tid,
+            opened,
+            reading=reading,
+            judge=judge,
+            appropriate=appropriate,
+            grade_run=grade_run,
+        )
 
     graded: list[GradedTrace] = []
     try:

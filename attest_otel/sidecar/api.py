@@ -27,8 +27,9 @@ from google.protobuf import json_format  # type: ignore[import-untyped]
 from attest_otel._proto.attest_otel.v1 import grader_pb2, result_pb2
 from attest_otel.content import ContentPolicy
 from attest_otel.errors import InputError
+from attest_otel.grade.rules import EVIDENCE_CHARS
 from attest_otel.ingest.decode import decode_bytes
-from attest_otel.model import run_from_dict, run_to_dict
+from attest_otel.model import Run, run_from_dict, run_to_dict
 from attest_otel.pipeline import Reading, grade_traces, read
 from attest_otel.store.blob import split as split_stored
 from attest_otel.store.scrub import scrub_result
@@ -42,9 +43,13 @@ _T = TypeVar("_T")
 class GraderApi:
     """`attest_otel.v1.Grader` on the gRPC port (see proto/attest_otel/v1/grader.proto)."""
 
-    def __init__(self, service: Any, max_concurrent: int = 2) -> None:
-        """`service`: the running `Service` (its grader, store and policy)."""
+    def __init__(
+        self, service: Any, max_concurrent: int = 2, max_request_bytes: int = 4 * 1024 * 1024
+    ) -> None:
+        """`service`: the running `Service` (its grader, store and policy);
+        `max_request_bytes`: the largest run `GradeRun` reads."""
         self.service = service
+        self.max_request_bytes = max_request_bytes
         self.max_concurrent = max(1, max_concurrent)
         self._slots = threading.BoundedSemaphore(self.max_concurrent)
 
@@ -66,6 +71,17 @@ class GraderApi:
         return self._bounded(lambda: self._grade_trace(request, context), context)
 
     def _grade_run(self, request: Any, context: Any) -> Any:
+        # The gRPC server reads requests up to the receivers' read cap (for Export's sake,
+        # `receivers.GrpcReceiver`): a run is held to the receive limit before it is read.
+        limit = self.max_request_bytes
+        size = request.ByteSize()
+        if size > limit:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the run takes {size} bytes, over the {limit}-byte request limit "
+                "(receivers.grpc.max_recv_msg_size_mib); grade it with `attest-otel grade "
+                "--file` instead",
+            )
         data = json_format.MessageToDict(request, preserving_proto_field_name=True)
         try:
             run = run_from_dict(data)
@@ -75,10 +91,26 @@ class GraderApi:
         if grader is None:
             context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is starting")
             raise AssertionError("abort raises")
-        result = grader.grade_run(run)
-        return json_format.ParseDict(
+        gate = grader.gate
+        bound = reply_bound(run, model_reasons=0 if gate is None else 2 if gate.appropriate else 1)
+        if bound > MAX_REPLY_BYTES:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the grade of a run of {_calls(run)} tool calls may take {bound} bytes, over "
+                f"the {MAX_REPLY_BYTES}-byte answer limit; grade it with `attest-otel grade "
+                "--file` instead",
+            )
+        result = grader.grade_run_bounded(run)
+        reply = json_format.ParseDict(
             result.to_dict(), result_pb2.CheckResult(), ignore_unknown_fields=True
         )
+        if reply.ByteSize() > MAX_REPLY_BYTES:  # a model reason longer than it may be
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the grade takes {reply.ByteSize()} bytes, over the {MAX_REPLY_BYTES}-byte "
+                "answer limit; grade it with `attest-otel grade --file` instead",
+            )
+        return reply
 
     def _grade_trace(self, request: Any, context: Any) -> Any:
         trace_id = request.trace_id.strip().lower()
@@ -153,6 +185,38 @@ class GraderApi:
                     )
                 )
         return response
+
+
+_RESULT_BYTES = 1024
+"""A CheckResult without findings: its fixed fields, summary text and metadata keys."""
+_FINDING_BYTES = 512
+"""A finding's fixed part: field tags, severity and verdict words, the reasons' own text,
+step, and the metadata keys and their small values."""
+_MODEL_REASON_BYTES = 4 * 1024
+"""One model reason (`grade.llm` asks for at most 512 tokens: 8 bytes a token); a call may
+carry two (the answer check, and the tool-choice check when `appropriate` is on). A longer
+one is caught after grading, by the answer's own size."""
+
+
+def _calls(run: Run) -> int:
+    return sum(1 for step in run.steps if step.tool_call is not None)
+
+
+def reply_bound(run: Run, *, model_reasons: int) -> int:
+    """The most bytes `GradeRun`'s answer for `run` can take, known before grading.
+
+    A finding per call; its subject is the tool's name, its reasons name the tool, a
+    fallback, a retry step and the allowed tools (`grade.rules`), its evidence is at most
+    `EVIDENCE_CHARS` characters of the output (4 bytes each in UTF-8), and with model checks
+    a call may carry `model_reasons` reasons from the model. The summary names every call.
+    Each text is counted at its most (UTF-8 bytes, a protobuf length prefix).
+    """
+    names = [len(step.tool_call.name.encode()) for step in run.steps if step.tool_call]
+    longest = max(names, default=0)
+    allowed = sum(len(name.encode()) + 2 for name in run.allowed_tools or ())
+    per_call = _FINDING_BYTES + longest + allowed + 4 * EVIDENCE_CHARS
+    per_call += model_reasons * _MODEL_REASON_BYTES
+    return _RESULT_BYTES + sum(per_call + 4 * name for name in names)
 
 
 def _run_dict(run: Any, content: ContentPolicy) -> dict[str, Any]:

@@ -210,6 +210,9 @@ class ModelConfig:
     calls_per_minute: int = _key("calls_per_minute", "int", 60, minimum=0)
     max_concurrency: int = _key("max_concurrency", "int", 4)
     appropriate: bool = _key("appropriate", "flag", False)
+    budget_s: float = _key("budget_s", "number", 60.0)
+    """How long grading one trace may take with model checks on (in this process, model
+    calls included): past it the trace goes on ungraded and flagged (`bounded`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,6 @@ import logging
 import os
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,11 +35,12 @@ from attest_otel.export.annotate import GRADE_MARKS, annotate_spans, annotation_
 from attest_otel.export.log_records import log_records
 from attest_otel.export.otlp_bytes import key_values
 from attest_otel.grade.grader import grade
-from attest_otel.grade.rules import CHECK_NAME
 from attest_otel.ingest.decode import decode_request
 from attest_otel.model import CheckResult, Run, Step, ToolCall, shown_score
 from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.policy import load_policy
+from attest_otel.sidecar.bounded import BoundedJudge, InProcessBudget, ungraded_result
+from attest_otel.sidecar.bounded import why as _why
 from attest_otel.sidecar.buffer import HeldTrace
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.gate import ModelGate
@@ -90,7 +90,9 @@ class TraceGrader:
         pool: GradingProcesses | None = None,
         emit_after_worker: Callable[[list[tuple[Run, CheckResult]]], None] | None = None,
         content: ContentPolicy = KEEP,
+        budget_s: float = 10.0,
     ) -> None:
+        """`budget_s`: how long grading one trace here may take (`bounded`)."""
         self.content = content
         """What of a run's content the grade events written into its spans carry."""
         self.emit_after_worker = emit_after_worker
@@ -117,29 +119,41 @@ class TraceGrader:
         """Traces that broke grading: forwarded ungraded, never graded again."""
         self.saw_agent: Callable[[str | None], None] | None = None
         """Told each graded run's agent (`policy_watch.PolicyWatch.saw`)."""
-        self._here: dict[int, float] = {}
-        """Grading threads grading in this process -> when they began (monotonic)."""
-        self._here_lock = threading.Lock()
+        self.here = InProcessBudget(budget_s)
+        """The time budget of grading in this process (`bounded`)."""
 
     def stalled_s(self) -> float:
         """How long the longest trace in grading has taken so far: in a grading process
         (killed at the budget) or in this one (which cannot be stopped: /readyz says so)."""
         pool = self.pool
-        with self._here_lock:
-            here = min(self._here.values(), default=None)
-        own = 0.0 if here is None else time.monotonic() - here
+        # With model checks, the model's own latency is not a stall.
+        own = self.here.oldest_s() if self.gate is None else 0.0
         return max(own, pool.oldest_s() if pool is not None else 0.0)
 
-    def grade_run(self, run: Run) -> CheckResult:
-
+    def grade_run(self, run: Run, abandoned: threading.Event | None = None) -> CheckResult:
+        """One run graded here; `abandoned` set: its caller gave up (`bounded`), so the
+        model is asked nothing more."""
         gate = self.gate
         if gate is not None and gate.admit(run):
             with gate.semaphore:
                 self.stats.add(model_runs=1)
-                return grade(run, judge=gate.judge, appropriate=gate.appropriate)
+                judge = gate.judge if abandoned is None else BoundedJudge(gate.judge, abandoned)
+                return grade(run, judge=judge, appropriate=gate.appropriate)
         return grade(run, judge=None)
 
-    def _grade(self, trace: HeldTrace, original: bytes) -> _Graded:
+    def grade_run_bounded(self, run: Run) -> CheckResult:
+        """`grade_run` within the budget of grading here (the Grader API's GradeRun); past
+        it, a `review` result saying why (never a blind pass)."""
+        answer = self.here.run(lambda gave_up: self.grade_run(run, gave_up))
+        if isinstance(answer, Failed):
+            self.stats.ungraded(answer.reason)
+            log.warning("a GradeRun call answered review, not graded: %s", _why(answer))
+            return ungraded_result(answer)
+        return answer
+
+    def _grade(
+        self, trace: HeldTrace, original: bytes, abandoned: threading.Event | None = None
+    ) -> _Graded:
         """One trace graded in this process."""
         if trace.probe is not None:
             request, decoded = trace.probe
@@ -153,7 +167,7 @@ class TraceGrader:
             request,
             decoded,
             self.policy,
-            self.grade_run,
+            lambda run: self.grade_run(run, abandoned),
             self.content,
             data=original,
             now_ns=now_ns,
@@ -274,7 +288,7 @@ class TraceGrader:
         results: list[_Graded] = []
         for original, answer in zip(originals, answers, strict=True):
             if isinstance(answer, Failed):
-                results.append(_Graded(original, failed=True, ungraded=answer))
+                results.append(_Graded(original, failed=True, in_worker=True, ungraded=answer))
             else:
                 data, runs, records = answer
                 results.append(_Graded(data, runs, in_worker=True, logs=records))
@@ -287,7 +301,10 @@ class TraceGrader:
         instead of grading it into the same stall."""
         why = _why(failed)
         self.stats.ungraded(failed.reason)
-        if failed.reason in ("time", "memory", "died") and self.quarantine is not None:
+        # A grading process the trace broke; not a budget kept here, which a slow model
+        # (not the trace) may have run out.
+        broke = failed.reason in ("time", "memory", "died") and graded.in_worker
+        if broke and self.quarantine is not None:
             self.quarantine.broke(trace.trace_id_hex, why)
         log.warning(
             "trace %s forwarded ungraded, its runs flagged for review: %s",
@@ -336,17 +353,12 @@ class TraceGrader:
         self.forward_logs(traces)
 
     def _grade_safe(self, trace: HeldTrace, original: bytes) -> _Graded:
-        key = threading.get_ident()
-        if self.gate is None:  # with model checks, the model's own latency is not a stall
-            with self._here_lock:
-                self._here[key] = time.monotonic()
-        try:
-            return self._grade(trace, original)
-        except Exception:  # logged once by `_flag`
-            return _Graded(original, failed=True, ungraded=Failed("error", traceback.format_exc()))
-        finally:
-            with self._here_lock:
-                self._here.pop(key, None)
+        """Within the budget of grading here (`bounded`); past it, or on an error, the
+        trace goes on ungraded (logged once by `_flag`)."""
+        answer = self.here.run(lambda gave_up: self._grade(trace, original, gave_up))
+        if isinstance(answer, Failed):
+            return _Graded(original, failed=True, ungraded=answer)
+        return answer
 
     def _account(self, trace: HeldTrace, original: bytes, graded: _Graded) -> None:
         """Stats, the log line, metrics and what a regrade starts from, for one trace."""
@@ -377,26 +389,11 @@ class TraceGrader:
             self.remember(trace.trace_id_hex, with_logs(original, bytes(trace.logs)), graded.runs)
 
 
-def _why(failed: Failed) -> str:
-    """One line: the detail's last (an exception's message), else the reason."""
-    lines = failed.detail.strip().splitlines()
-    return lines[-1] if lines else failed.reason
-
-
 def _ungraded_grades(trace: HeldTrace, now_ns: int, failed: Failed) -> list[StoredGrade]:
     """What the store keeps of a trace forwarded ungraded: a `review` grade per agent span
     the probe found (one for the trace when it found none) saying why, so a stored trace
     never reads as graded and clean."""
-    why = _why(failed)
-    result = CheckResult(
-        check=CHECK_NAME,
-        passed=False,
-        verdict="review",
-        score=0.0,
-        summary=f"not graded: {why}",
-        findings=[],
-        metadata={"ungraded": failed.reason, "ungraded_reason": why},
-    ).to_dict()
+    result = ungraded_result(failed).to_dict()
     spans = sorted(agent.hex() for agent in trace.agents) or [""]
     return [StoredGrade(trace.trace_id_hex, span, None, now_ns, result) for span in spans]
 

@@ -368,10 +368,11 @@ def _status(
     extra: Sequence[tuple[str, str]] = (),
 ) -> Response:
     """A google.rpc.Status answer in the request's encoding (the OTLP/HTTP failure body)."""
+    bad = http_status == 400  # the OTLP specification's "Bad Data" (`_status_json`)
     if is_json:
-        body, ctype = _status_json(code, message), _JSON_TYPE
+        body, ctype = _status_json(code, message, bad_request=bad), _JSON_TYPE
     else:
-        body, ctype = _status_bytes(code, message), _PROTOBUF_TYPES[0]
+        body, ctype = _status_bytes(code, message, bad_request=bad), _PROTOBUF_TYPES[0]
     headers = list(extra)
     if retry_after_s is not None:
         headers.append(("Retry-After", str(max(1, round(retry_after_s)))))

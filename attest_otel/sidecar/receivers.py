@@ -248,13 +248,21 @@ def mib(size: int) -> str:
 # --- status bodies -------------------------------------------------------------------------
 
 
-def _status_bytes(code: int, message: str, retry_after_s: float | None = None) -> bytes:
+_BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 
+
+def _status_bytes(
+    code: int, message: str, retry_after_s: float | None = None, *, bad_request: bool = False
+) -> bytes:
+    """A google.rpc.Status; `bad_request`: with the BadRequest detail (`_status_json`)."""
     status = status_pb2.Status(code=code, message=message)
     if retry_after_s is not None:
         info = error_details_pb2.RetryInfo()
         info.retry_delay.FromNanoseconds(int(retry_after_s * 1e9))
         status.details.add().Pack(info)
+    if bad_request:
+        violation = error_details_pb2.BadRequest.FieldViolation(description=message)
+        status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[violation]))
     data: bytes = status.SerializeToString()
     return data
 
@@ -267,8 +275,21 @@ def _retry_info_bytes(retry_after_s: float) -> bytes:
     return data
 
 
-def _status_json(code: int, message: str) -> bytes:
-    return json.dumps({"code": code, "message": message}).encode()
+def _status_json(code: int, message: str, *, bad_request: bool = False) -> bytes:
+    """The Status in protobuf's JSON mapping, as the Collector writes it (protojson).
+
+    A 400 (bad data) carries a `google.rpc.BadRequest` detail, which the OTLP specification
+    asks for ("Bad Data": Status.details SHOULD contain a BadRequest) and the Collector's
+    receiver leaves out: code and message are the Collector's, the detail is extra and
+    ignored by a client that does not look. Its one violation names no field (the problem
+    is the request's, wherever the decoder stopped) and repeats the message.
+    """
+    status: dict[str, Any] = {"code": code, "message": message}
+    if bad_request:
+        status["details"] = [
+            {"@type": _BAD_REQUEST_TYPE, "fieldViolations": [{"description": message}]}
+        ]
+    return json.dumps(status).encode()
 
 
 # --- gRPC ----------------------------------------------------------------------------------

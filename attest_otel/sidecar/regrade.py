@@ -57,6 +57,7 @@ from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.grade_span import emit_grade_span
 from attest_otel.export.otlp_config import default_resource, package_version
 from attest_otel.model import CheckResult, Run, shown_score
+from attest_otel.sidecar.bounded import InProcessBudget
 from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.grading import (
@@ -130,14 +131,18 @@ class Regrader:
         self,
         *,
         policy: Any,
-        grade_run: Callable[[Run], CheckResult],
+        grade_run: Callable[..., CheckResult],
         forwarder: Forwarder,
         stats: SidecarStats,
         store: Writer | None,
         content: ContentPolicy = KEEP,
+        here: InProcessBudget | None = None,
     ) -> None:
+        """`here`: the time budget of grading in this process, when there is no grading
+        process (`bounded`); None: unbounded."""
         self.policy = policy
         self.grade_run = grade_run
+        self.here = here
         self.forwarder = forwarder
         self.stats = stats
         self.store = store
@@ -389,7 +394,17 @@ class Regrader:
                 raise GradingFailed(answer)
             data, runs = answer
             return data, runs
-        return grade_again(prior, late, label, self.policy, self.grade_run, self.content)
+        here = self.here
+        if here is None:
+            return grade_again(prior, late, label, self.policy, self.grade_run, self.content)
+        got = here.run(
+            lambda gave_up: grade_again(
+                prior, late, label, self.policy, lambda r: self.grade_run(r, gave_up), self.content
+            )
+        )
+        if isinstance(got, Failed):
+            raise GradingFailed(got)
+        return got
 
 
 def late_senders(late: bytes) -> set[str]:

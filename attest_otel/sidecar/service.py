@@ -227,6 +227,7 @@ class Service:
             emit=emit,
             store=self.store_writer,
             content=config.content,
+            budget_s=model.budget_s if self.gate is not None else config.grading.budget_s,
         )
         self.grader.quarantine = self.quarantine
         self.policy_watch = PolicyWatch(self.policy) if self.policy is not None else None
@@ -235,6 +236,7 @@ class Service:
         regrader = Regrader(  # late spans: the trace graded again
             policy=self.policy,
             grade_run=self.grader.grade_run,
+            here=self.grader.here,
             forwarder=self.forwarder,
             stats=self.stats,
             store=self.store_writer,
@@ -333,7 +335,12 @@ class Service:
     def _add_grader_api(self, server: Any) -> None:
 
         grader_pb2_grpc.add_GraderServicer_to_server(  # type: ignore[no-untyped-call]
-            GraderApi(self, self.config.receivers.grader_workers), server
+            GraderApi(
+                self,
+                self.config.receivers.grader_workers,
+                self.config.receivers.grpc_max_recv_bytes,
+            ),
+            server,
         )
 
     def _submit(self, traces: list[HeldTrace]) -> None:
@@ -623,6 +630,8 @@ class Service:
                 if not self._pending:
                     break
             time.sleep(0.02)
+        if self.grader is not None:  # grading here stops waiting: forwarded ungraded
+            self.grader.here.stop()
         with self._pending_lock:
             left = [t for f, batch in self._pending.items() if f.cancel() for t in batch]
         if left and self.grader is not None:  # never started: forward rather than lose them

@@ -7,8 +7,10 @@ standard proxy variables, and precise connect/read/TLS errors to translate.
 
 Four promises on top of httpx2's per-operation timeouts: the whole request, body included,
 ends within about `timeout_s` (a server dribbling one byte a second cannot hold us); so
-does parsing it, since a body that could not be parsed in the time left is refused before
-parsing starts (`PARSE_BYTES_PER_S`: a parser in C cannot be interrupted); a body larger
+does parsing it (`HttpClient.parse`): the parse runs on a thread of its own and is waited
+for until the request's deadline, no longer. A parser in C (`json.loads`) holds the
+interpreter until it returns, so the wait cannot end inside it: a body that could not even
+be parsed in the time left at `PARSE_BYTES_PER_S` is refused before parsing starts. A body larger
 than `max_body_bytes` is refused rather than buffered; and redirects are followed only
 within the same origin (scheme, host, port), since the request carries the user's headers
 (an API key, a tenant id) and httpx2 would take them to any host. Every
@@ -20,10 +22,12 @@ from __future__ import annotations
 
 import logging
 import ssl
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import httpx2
@@ -51,6 +55,7 @@ DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
 PARSE_BYTES_PER_S = 5 * 1024 * 1024
 """What the sources parse per second at worst (JSON to spans; measured in
 docs/hostile-input-network.md): a body needs len/this seconds of the time budget left."""
+T = TypeVar("T")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 5
 
@@ -154,6 +159,9 @@ class Response:
     body: bytes
     headers: Mapping[str, str] = field(default_factory=dict)
     """Lowercase names."""
+    deadline: float = float("inf")
+    """When the request's --timeout ends (monotonic); `HttpClient.parse` holds the parse
+    of the body to it."""
 
     @property
     def content_type(self) -> str:
@@ -268,6 +276,7 @@ class HttpClient:
                     url=str(r.url),
                     body=b"".join(chunks),
                     headers={k.lower(): v for k, v in r.headers.items()},
+                    deadline=deadline,
                 )
         except httpx2.TimeoutException as e:
             phase = "connect" if isinstance(e, httpx2.ConnectTimeout) else "answer"
@@ -293,6 +302,35 @@ class HttpClient:
                     "(--client-cert, --client-key)"
                 ) from None
             raise SourceError(f"{where}: {type(e).__name__}: {text}") from None
+
+    def parse(self, r: Response, parse: Callable[[], T]) -> T:
+        """`parse()`, which reads `r`'s body, within what is left of the request's
+        --timeout; past it a `SourceError` says so, and the parse is left to end on its own
+        (the CLI exits on the error). What `parse` raises is raised here."""
+        done = threading.Event()
+        box: list[Any] = []
+        failed: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                box.append(parse())
+            except BaseException as e:  # re-raised in the caller's thread
+                failed.append(e)
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name="attest-otel-parse", daemon=True).start()
+        if not done.wait(max(0.0, r.deadline - time.monotonic())):
+            timeout_s = self.options.timeout_s
+            raise SourceError(
+                f"{self.backend} at {r.url}: reading the response "
+                f"({len(r.body) / 1048576:.1f} MiB) did not finish within --timeout "
+                f"{timeout_s:g}s, parsing included; raise --timeout or ask for less"
+            )
+        if failed:
+            raise failed[0]
+        value: T = box[0]
+        return value
 
 
 def _connect_reason(e: BaseException) -> str:

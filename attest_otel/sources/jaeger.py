@@ -103,6 +103,9 @@ class JaegerSource:
             return None
         if r.status != 200:
             raise _http_error(self.location, r)
+        return self._http.parse(r, lambda: self._v3_body(r, tid))
+
+    def _v3_body(self, r: Response, tid: str) -> Decoded | None:
         try:
             documents = _json_documents(r.body)
         except ValueError as e:
@@ -143,6 +146,9 @@ class JaegerSource:
             raise self._not_found(tid)
         if r.status != 200:
             raise _http_error(self.location, r)
+        return self._http.parse(r, lambda: self._classic_body(r, tid))
+
+    def _classic_body(self, r: Response, tid: str) -> Decoded:
         try:
             body = json.loads(r.body)
         except (ValueError, UnicodeDecodeError) as e:

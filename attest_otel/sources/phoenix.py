@@ -20,6 +20,7 @@ here), up to `MAX_PAGES` pages.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from datetime import UTC, datetime, timedelta
@@ -115,7 +116,7 @@ class PhoenixSource:
             r = self._http.get(join_url(self.base_url, "v1/projects"), params=params)
             if r.status != 200:
                 raise self._http_error(r, "v1/projects")
-            body = self._json(r)
+            body = self._http.parse(r, functools.partial(self._json, r))
             for project in body.get("data") or []:
                 if isinstance(project, dict) and project.get("name"):
                     names.append(str(project["name"]))
@@ -144,18 +145,8 @@ class PhoenixSource:
                 return out  # the project went away while we searched
             if r.status != 200:
                 raise self._http_error(r, "v1/projects/{project}/spans")
-            body = self._json(r)
-            try:
-                for raw in body.get("data") or []:
-                    span = span_from_phoenix(raw, project)
-                    if span.trace_id == tid:
-                        out.append(span)
-            except (KeyError, TypeError, ValueError) as e:
-                raise SourceError(
-                    f"unexpected body from phoenix at {self.base_url} ({r.url}): "
-                    f"malformed span: {e}"
-                ) from None
-            cursor = body.get("next_cursor")
+            page, cursor = self._http.parse(r, functools.partial(self._page, r, project, tid))
+            out += page
             if not cursor:
                 return out
         raise SourceError(
@@ -163,6 +154,22 @@ class PhoenixSource:
             f"through in project {project!r}; this server may be older than 13.9 and ignore "
             "the trace_id filter"
         )
+
+    def _page(self, r: Response, project: str, tid: str) -> tuple[list[Span], str | None]:
+        """One page of spans: those of trace `tid`, and the next page's cursor."""
+        body = self._json(r)
+        out: list[Span] = []
+        try:
+            for raw in body.get("data") or []:
+                span = span_from_phoenix(raw, project)
+                if span.trace_id == tid:
+                    out.append(span)
+        except (KeyError, TypeError, ValueError) as e:
+            raise SourceError(
+                f"unexpected body from phoenix at {self.base_url} ({r.url}): malformed span: {e}"
+            ) from None
+        cursor = body.get("next_cursor")
+        return out, str(cursor) if cursor else None
 
     def _json(self, r: Response) -> dict[str, Any]:
         try:

@@ -83,6 +83,9 @@ class TempoSource:
         return decoded
 
     def _decode(self, r: Response, tid: str) -> Decoded:
+        return self._http.parse(r, lambda: self._decode_body(r, tid))
+
+    def _decode_body(self, r: Response, tid: str) -> Decoded:
         try:
             if r.is_json:
                 body = json.loads(r.body)

@@ -68,13 +68,20 @@ def _status_only(run: dict[str, Any]) -> dict[str, Any]:
     return {**run, "task": "", "final_answer": None, "calls": calls, "verdict_offline": verdict}
 
 
-KNOWN_GAPS: dict[str, str] = {}
-"""Fixture prefixes read wrong today, each with why. Strict: one that starts to pass fails,
-so the entry must go when the reader learns the framework."""
+KNOWN_GAPS: dict[str, str] = {
+    "litellm_otel__multi_agent": (
+        "class 6: with no agent or tool spans, the nested agent is one model span (LiteLLM "
+        "writes its last request onto the caller's span) inside the outer agent's; it is not "
+        "yet read as a run of its own"
+    ),
+}
+"""Fixtures (by framework prefix, or one by its name) read wrong today, each with why.
+Strict: one that starts to pass fails, so the entry must go when the reader learns it."""
 
 
 def _case(path: Path) -> Any:
-    gap = KNOWN_GAPS.get(path.name.split("__")[0])
+    stem = path.name.removesuffix(".labels.json")
+    gap = KNOWN_GAPS.get(stem) or KNOWN_GAPS.get(stem.split("__")[0])
     marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
     return pytest.param(path, id=_case_id(path), marks=marks)
 

@@ -166,7 +166,13 @@ def test_readyz_reports_grading_that_makes_no_progress(
             break
         time.sleep(0.1)
     assert seen[-1][0] == 503 and "grading has made no progress" in seen[-1][1], seen[-3:]
+    # Forwarded at its budget, flagged (tests/sidecar/test_grading_here.py); its abandoned
+    # grading runs on here, and /readyz says so until it ends.
     assert downstream.wait_for(lambda d: verdict(d, agent) is not None, 60)
+    assert verdict(downstream, agent) == "review"
+    deadline = time.monotonic() + 60
+    while _readyz(sidecar)[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert _readyz(sidecar)[0] == 200
     assert sidecar.terminate() == 0
 

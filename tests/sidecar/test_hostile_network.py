@@ -19,6 +19,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import json_format
+from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -104,6 +106,48 @@ def test_invalid_utf8_and_deep_messages_are_refused_before_acknowledgment(
     assert len(downstream.spans()) == 2, "a refused request reached the next hop"
     text = sidecar.log()
     assert "Traceback" not in text
+
+
+def _refusal(port: int, body: bytes, content_type: str) -> tuple[int, str, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", "/v1/traces", body, {"Content-Type": content_type})
+        response = conn.getresponse()
+        return response.status, response.getheader("Content-Type") or "", response.read()
+    finally:
+        conn.close()
+
+
+def test_a_400_carries_the_status_and_bad_request_detail_in_the_requests_encoding(
+    sidecar: Sidecar,
+) -> None:
+    """The OTLP specification's "Bad Data": 400, a google.rpc.Status of code 3 whose details
+    hold a google.rpc.BadRequest, in the request's encoding (docs/hostile-input-network.md)."""
+    sidecar.start()
+    bad_utf8 = _request(b"GET /\xff\xfe", 1)
+    status, ctype, body = _refusal(sidecar.http_port, bad_utf8, "application/x-protobuf")
+    assert (status, ctype) == (400, "application/x-protobuf")
+    decoded = status_pb2.Status.FromString(body)
+    assert decoded.code == 3 and "UTF-8" in decoded.message
+    assert [d.type_url for d in decoded.details] == ["type.googleapis.com/google.rpc.BadRequest"]
+    bad_request = error_details_pb2.BadRequest()
+    assert decoded.details[0].Unpack(bad_request)
+    assert [v.description for v in bad_request.field_violations] == [decoded.message]
+
+    bad_json = b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 5}]}]}]}'
+    status, ctype, body = _refusal(sidecar.http_port, bad_json, "application/json")
+    assert (status, ctype) == (400, "application/json")
+    # protobuf's own JSON mapping reads it back, the Any resolved to its type.
+    parsed = json_format.Parse(body, status_pb2.Status())
+    assert parsed.code == 3 and parsed.message
+    assert parsed.details[0].Unpack(bad_request)
+    assert bad_request.field_violations[0].description == parsed.message
+
+    # A refusal that is not bad data (413) keeps the Status without the detail.
+    huge = b"{" + b" " * (5 * 1024 * 1024) + b"}"
+    status, _, body = _refusal(sidecar.http_port, huge, "application/json")
+    assert status == 413
+    assert "details" not in json.loads(body)
 
 
 def _latencies(port: int, count: int) -> list[float]:
