@@ -3,8 +3,8 @@
 //! built. The verdict must equal `Message.FromString`'s on the same bytes, which
 //! tests/fuzz/test_wire_differential.py checks. upb's rules, as followed here:
 //!
-//! - tags are varints of at most 10 bytes with a value below 2^32, field number not 0, wire
-//!   types 0-5 (6 and 7 are errors);
+//! - tags are varints of at most 10 bytes with a value below 2^32, field number not 0 (but
+//!   inside an unknown group, where upb does not look), wire types 0-5 (6 and 7 are errors);
 //! - a known field whose wire type does not fit its type is kept as an unknown field; a
 //!   repeated scalar may come packed (length-delimited), whose contents must divide evenly;
 //! - a length is below 2^31 - 1 and inside its message; a proto3 `string` holds UTF-8;
@@ -176,7 +176,8 @@ impl<'a, 's, 'p> Checker<'a, 's, 'p> {
             }
             let number = (tag >> 3) as u32;
             let wire_type = (tag & 7) as u8;
-            if number == 0 {
+            // upb skips an unknown group's fields without looking at their numbers.
+            if number == 0 && group.is_none() {
                 return Err(corrupt("field number 0", start));
             }
             pos = p;
