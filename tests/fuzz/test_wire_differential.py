@@ -12,7 +12,7 @@ the parser too: the spans it cuts are the spans the parser sees, in order.
 The saved corpus (tests/fuzz/corpus/wire/, each file one input) is replayed on every run. A
 short hypothesis run is part of `make test`; a longer one:
 
-    WIRE_FUZZ_EXAMPLES=20000 .venv/bin/pytest -q tests/fuzz/test_wire_differential.py
+    WIRE_FUZZ_EXAMPLES=20000 .venv/bin/pytest -q --timeout 0 tests/fuzz/test_wire_differential.py
 
 A disagreement it finds goes into the corpus (`--save` below writes the seed files).
 """
