@@ -64,6 +64,10 @@ class ToolCall:
     error_text: str | None = None
     span_id: str | None = None
     call_id: str | None = None
+    disagreement: str | None = None
+    """Where the call's span and the model's conversation tell it differently (a result the
+    model was told was an error from a span that shows none, other arguments, a call no
+    request asked for): the grade's reason says so. Rebuilt from spans only, like `span_id`."""
 
 
 @dataclass(slots=True)

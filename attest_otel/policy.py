@@ -24,9 +24,9 @@ Where the values come from, first match wins (`resolve_policy`):
 The file is checked whole when it loads and every problem is listed at once, each naming its
 key path and line, so a user fixes a file in one pass instead of one error per run. Values
 may name environment variables, `${env:NAME}` or `${env:NAME:-default}`, as in a Collector
-config (`yamlcheck` says how). The file's shape is `PolicyFile`, a pydantic model (`yamlmodel`
-says how its problems keep their key path and line), published as a JSON Schema for editors
-in docs/schemas/.
+config (`yamlfile.read` says how). The file's shape is `PolicyFile`, a pydantic model
+(`yamlfile.model` says how its problems keep their key path and line), published as a JSON
+Schema for editors in docs/schemas/.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from pydantic import Field as PydanticField
 
 from attest_otel.adapt.dialect_config import DialectsSection, compile_dialects
 from attest_otel.adapt.span_policy import from_span
-from attest_otel.yamlcheck import read_text
-from attest_otel.yamlmodel import FileModel, expect, fail, kind_of, read_model
+from attest_otel.yamlfile.model import FileModel, expect, fail, kind_of, read_model
+from attest_otel.yamlfile.read import read_text
 
 if TYPE_CHECKING:
     from attest_otel.adapt.declared import DeclaredDialect

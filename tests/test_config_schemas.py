@@ -114,3 +114,43 @@ def test_what_the_load_refuses_the_schema_flags_too(schema: str, text: str) -> N
     data: Any = yaml.safe_load(text)
     with pytest.raises(jsonschema.ValidationError):
         _validator(schema).validate(data)
+
+
+SIDECAR_FILES = [
+    ROOT / "collector-config" / "attest-otel.yaml",
+    ROOT / "collector-config" / "attest-otel.local.yaml",
+    ROOT / "tests" / "fixtures" / "sidecar" / "valid_full.yaml",
+]
+
+
+@pytest.mark.parametrize("path", SIDECAR_FILES, ids=lambda p: p.name)
+def test_every_shipped_sidecar_config_fits_its_schema_and_loads(path: Path) -> None:
+    from attest_otel.sidecar.config import load_service_config
+
+    _validator("sidecar.schema.json").validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    load_service_config(path, environ={})
+
+
+NEXT_HOP = "forward:\n  endpoint: 'collector:4317'\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(NEXT_HOP + "receivers:\n  htp: {}\n", id="a typo in a section"),
+        pytest.param(NEXT_HOP + "  protocol: carrier-pigeon\n", id="an unknown protocol"),
+        pytest.param(NEXT_HOP + "grading:\n  nice: 20\n", id="a number past its maximum"),
+        pytest.param(NEXT_HOP + "store:\n  max_age_h: a week\n", id="a word for a number"),
+    ],
+)
+def test_what_the_sidecar_config_load_refuses_its_schema_flags_too(
+    text: str, tmp_path: Path
+) -> None:
+    from attest_otel.sidecar.config import load_service_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError):
+        load_service_config(path, environ={})
+    with pytest.raises(jsonschema.ValidationError):
+        _validator("sidecar.schema.json").validate(yaml.safe_load(text))

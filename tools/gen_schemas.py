@@ -23,6 +23,8 @@ from pydantic import BaseModel
 
 from attest_otel.adapt.dialect_config import DialectFile
 from attest_otel.policy import PolicyFile
+from attest_otel.sidecar.config import ServiceConfig
+from attest_otel.sidecar.config_keys import file_model
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "schemas"
@@ -37,6 +39,11 @@ SCHEMAS: dict[str, tuple[type[BaseModel], str]] = {
         DialectFile,
         "attest-otel declared dialects: how to read spans of an instrumentation attest-otel "
         "does not know (README, 'Teach it a dialect').",
+    ),
+    "sidecar.schema.json": (
+        file_model(ServiceConfig),
+        "attest-otel serve: the sidecar's config file (collector-config/README.md, the key "
+        "table). Sizes in MiB or KiB and ages in hours as the key names say.",
     ),
 }
 

@@ -21,7 +21,7 @@ loads, like the policy (every problem with its key path and line, unknown keys w
 nearest known one), and regexes are compiled here, once, so a bad one is a load error and
 detection never compiles anything. The README's "Teach it a dialect" documents every key.
 
-The file's shape is a set of pydantic models (`yamlmodel` says how their problems keep key
+The file's shape is a set of pydantic models (`yamlfile.model` says how their problems keep key
 path and line); `compile_dialects` turns the checked models into the `declared` types that
 detection runs. The models are also the published JSON Schema (docs/schemas/).
 """
@@ -41,8 +41,7 @@ from attest_otel.adapt.detect import BY_NAME
 from attest_otel.adapt.generic import GENERIC
 from attest_otel.adapt.linear_regex import LinearRegex, RegexError, compile_linear
 from attest_otel.errors import PolicyError
-from attest_otel.yamlcheck import read_text
-from attest_otel.yamlmodel import (
+from attest_otel.yamlfile.model import (
     FileModel,
     Loc,
     expect,
@@ -52,6 +51,7 @@ from attest_otel.yamlmodel import (
     read_model,
     refuse_null,
 )
+from attest_otel.yamlfile.read import read_text
 
 __all__ = [
     "DialectFile",

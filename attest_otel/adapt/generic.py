@@ -6,10 +6,11 @@ their own attribute names: `acme.kind = "tool"`, `mlflow.spanType = "TOOL"`, a s
 a span name that says tool / agent / llm, argument and result attributes under the usual
 names, an error flag or an exception event. This reader works from that vocabulary alone.
 
-It is last in line, and per trace (see `runs`): it reads a trace only when no dialect module
-found an agent, tool or handoff span in it, so nothing a dialect module reads can change. Every
-span it reads carries the dialect name `generic`, which the output and `inspect` show, so
-nobody mistakes a guess for a dialect.
+It is last in line: it reads every unclaimed span of a trace in which no dialect module found
+an agent, tool or handoff span (`runs`), and in a trace a dialect did read, the unclaimed spans
+outside and around nothing a dialect read (`mixed`), so nothing a dialect module reads can
+change. Every span it reads carries the dialect name `generic`, which the output and `inspect`
+show, so nobody mistakes a guess for a dialect.
 """
 
 from __future__ import annotations
@@ -158,6 +159,8 @@ class Generic:
 
     def detect(self, span: Span) -> Role | None:
         attrs = span.attributes
+        if not attrs:  # a skeleton, or a span of a name only: the common unclaimed span
+            return _role_from_name(span.name)
         if protocol_span(span):
             return None
         by_attr = _role_from_attributes(attrs)
@@ -271,17 +274,32 @@ def _role_from_attributes(attrs: dict[str, Any]) -> Role | None:
     return None
 
 
+_BY_NAME: dict[str, Role | None] = {}
+_BY_NAME_LIMIT = 4096
+_CACHED_NAME_CHARS = 200
+"""Span names whose role is kept; past it the cache starts again (names repeat across a
+trace's spans, `SELECT orders`, `GET /orders/{id}`, but they come from the input)."""
+
+
 def _role_from_name(name: str) -> Role | None:
     """The last role word of the name decides: `haystack.agent.step.tool` is a tool, and a
-    name that ends in a container word (`haystack.agent.step`) is nothing of ours."""
-    words = _WORD.findall(name.lower())
-    for word in reversed(words):
+    name that ends in a container word (`haystack.agent.step`) is nothing of ours.
+
+    Asked of every span no dialect claimed, in every trace (`mixed`): kept per name."""
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    found: Role | None = None
+    for word in reversed(_WORD.findall(name.lower())):
         if word in _CONTAINER_WORDS:
-            return None
-        role = _ROLE_WORDS.get(word)
-        if role is not None:
-            return role
-    return None
+            break
+        found = _ROLE_WORDS.get(word)
+        if found is not None:
+            break
+    if len(name) <= _CACHED_NAME_CHARS:  # a hostile name of megabytes is not kept
+        if len(_BY_NAME) >= _BY_NAME_LIMIT:
+            _BY_NAME.clear()
+        _BY_NAME[name] = found
+    return found
 
 
 def _first(

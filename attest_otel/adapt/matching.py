@@ -38,6 +38,8 @@ class Call:
     error_text: str | None = None
     handoff_target: str | None = None
     claimed: bool = False
+    notes: list[str] | None = None
+    """Where the span and the conversation disagree about this call (`witness`)."""
 
     @property
     def key(self) -> tuple[int, int, str, int]:
@@ -331,6 +333,7 @@ _CALL_FIELDS = (
     "error_text",
     "handoff_target",
     "claimed",
+    "notes",
 )
 _TOOL_CALL_FIELDS = (
     "name",
@@ -341,6 +344,7 @@ _TOOL_CALL_FIELDS = (
     "error_text",
     "span_id",
     "call_id",
+    "disagreement",
 )
 if (
     tuple(f.name for f in fields(Call)) != _CALL_FIELDS
@@ -360,6 +364,7 @@ def to_tool_call(call: Call) -> ToolCall:
         call.error_text,
         call.span_id,
         call.call_id,
+        " ".join(call.notes) if call.notes else None,
     )
 
 

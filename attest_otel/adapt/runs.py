@@ -39,6 +39,7 @@ from attest_otel.adapt.decorated import read_decorated
 from attest_otel.adapt.detect import detect
 from attest_otel.adapt.explain import SpanReading, readings
 from attest_otel.adapt.generic import GENERIC
+from attest_otel.adapt.identity import own_name, sibling_call, step_models
 from attest_otel.adapt.matching import (
     Call,
     ModelCall,
@@ -50,6 +51,7 @@ from attest_otel.adapt.matching import (
     model_calls,
     to_tool_call,
 )
+from attest_otel.adapt.mixed import read_unclaimed
 from attest_otel.adapt.span_policy import from_span
 from attest_otel.adapt.tree import CALLS, Node, RunBuild, depths, run_builds, up
 from attest_otel.adapt.witness import from_models
@@ -291,6 +293,12 @@ class _Trace:
         if unreadable:
             anomalies[guard.UNREADABLE_SPANS] = unreadable
         roots = guard.link(nodes, anomalies)
+        if not generic:
+            taken, failed = read_unclaimed(nodes.values(), self.settings.hydrate)
+            if failed:
+                anomalies[guard.UNREADABLE_SPANS] = unreadable + failed
+            if taken and GENERIC.name not in dialects:
+                dialects.append(GENERIC.name)
         guard.number(nodes.values(), roots)
         if (
             generic
@@ -358,7 +366,7 @@ class _Trace:
             else:
                 calls.append(self._span_call(node, seq))
         calls = fold_lifecycle(fold_requests(dedupe(calls)))
-        groups = model_calls(models)
+        groups = model_calls(step_models(models, [c.node for c in calls if c.node is not None]))
 
         invoked = self._invocations(build)
         for call in calls:
@@ -384,6 +392,8 @@ class _Trace:
         anchor = build.node or (build.root if build.root.dialect is not None else None)
         if anchor is not None and anchor.dialect is not None:
             run.agent = anchor.dialect.agent_name(anchor.span) or _wrapper_name(anchor)
+            if run.agent:
+                run.agent = own_name(build, run.agent)
         if build.node is None or _implicit(build.node):
             run.agent = self._state_name(build.root) or run.agent
         self._describe(run, anchor, groups, build.last)
@@ -424,8 +434,10 @@ class _Trace:
         )
 
     def _invocations(self, build: RunBuild) -> dict[int, RunBuild]:
-        """Tool span (by id) of this run -> the nested run it invoked."""
+        """Tool span (by id) of this run -> the nested run it invoked: the tool span above
+        the nested agent's, else the one beside it that was open when it started."""
         out: dict[int, RunBuild] = {}
+        beside: list[RunBuild] = []
         for nested in build.nested:
             assert nested.node is not None
             tool = up(
@@ -435,6 +447,19 @@ class _Trace:
             )
             if tool is not None and tool.role in CALLS:
                 out[id(tool)] = nested
+            else:
+                beside.append(nested)
+        if beside:
+            tools: dict[int, list[Node]] = {}
+            for member in build.members:
+                if member.role is Role.TOOL and member.parent is not None:
+                    tools.setdefault(id(member.parent), []).append(member)
+            for nested in beside:
+                assert nested.node is not None
+                near = tools.get(id(nested.node.parent))
+                found = sibling_call(nested.node, near, set(out)) if near else None
+                if found is not None:
+                    out[id(found)] = nested
         return out
 
     def _describe(

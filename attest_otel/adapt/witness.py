@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import KeysView
 from dataclasses import dataclass, replace
+from typing import Any
 
 from attest_otel.adapt import guard
 from attest_otel.adapt.base import (
@@ -21,12 +23,16 @@ from attest_otel.adapt.base import (
     INPUT,
     OUTPUT,
     Message,
+    Role,
     ToolReply,
     ToolRequest,
     captured,
+    loads_lenient,
+    python_literal,
 )
 from attest_otel.adapt.matching import Call, ModelCall
 from attest_otel.adapt.tree import Logs, Node, RunBuild
+from attest_otel.model import STATUS_ERROR
 
 __all__ = ["from_models", "looks_like_handoff"]
 
@@ -53,17 +59,22 @@ def from_models(
         and _accounted(logs, calls, groups)
     ):
         _flag_errors(logs, calls, groups)
+        _disagreements(calls, _requests_of(logs, groups))
         return
     requests: list[_Request] = []
     seen: set[str] = set()
     reused: set[str] = set()
     outputs_captured = True
+    replies: dict[str, ToolReply] = {}
     for group in groups:
         out = group.part(OUTPUT, logs)
         if out is None:
             outputs_captured = False
             continue
         for msg in out:
+            # One model span around a whole loop records the results it was given in its
+            # output too (issue 25, class 6): nothing later repeats them.
+            _collect_replies(msg, replies)
             for req in msg.tool_calls:
                 if req.call_id is not None:
                     if req.call_id in seen:
@@ -89,7 +100,6 @@ def from_models(
         outputs_captured = outputs_captured or bool(requests)
     if not requests and build.node is None and groups:
         _history_requests(groups[-1], logs, seen, requests)
-    replies: dict[str, ToolReply] = {}
     if not outputs_captured:
         # Requests only in the history: read every input, oldest first, for their order.
         prev: ModelCall | None = None
@@ -192,10 +202,12 @@ def from_models(
             call.output = answered.content
             call.output_captured = True
         if answered.is_error:
-            call.is_error = True  # an error either witness shows is an error
+            _told_error(call)  # an error either witness shows is an error
     if heard:
         unanswered = {i for i in heard if not calls[i].output_captured}
         calls[:] = [c for i, c in enumerate(calls) if i not in unanswered]
+    if outputs_captured:
+        _disagreements(calls, [r.req for r in requests])
 
 
 def _asked_again(
@@ -328,7 +340,7 @@ def _flag_errors(logs: Logs, calls: list[Call], groups: list[ModelCall]) -> None
         if call.call_id is not None:
             reply = replies.get(call.call_id)
             if reply is not None and reply.is_error:
-                call.is_error = True
+                _told_error(call)
 
 
 _FLAG_MARKS = ("is_error", '"error', "'error")
@@ -475,3 +487,119 @@ def _started(req: ToolRequest, direct: list[RunBuild]) -> RunBuild | None:
         if nested.run is not None and nested.run.agent and _slug(nested.run.agent) in key:
             return nested
     return None
+
+
+# --- where the witnesses disagree ------------------------------------------------------
+
+TOLD_ERROR = "Its span shows no error, but the result the model was given is flagged as one."
+NOT_ASKED = "No request in the model's conversation asks for this call."
+
+
+def _note(call: Call, text: str) -> None:
+    if call.notes is None:
+        call.notes = [text]
+    elif text not in call.notes:
+        call.notes.append(text)
+
+
+def _told_error(call: Call) -> None:
+    """The model was told the call failed: an error, and a disagreement when its span (the
+    other witness) shows none."""
+    node = call.node
+    if (
+        node is not None
+        and call.is_error is not True
+        and node.span.status_code != STATUS_ERROR
+        and not node.span.attributes.get("error.type")
+    ):
+        _note(call, TOLD_ERROR)
+    call.is_error = True
+
+
+def _requests_of(logs: Logs, groups: list[ModelCall]) -> list[ToolRequest]:
+    """Every tool request in the model calls' outputs (parsed already, kept on the nodes);
+    none when a model call's output was not captured, since what it asked is unknown."""
+    out: list[ToolRequest] = []
+    for group in groups:
+        messages = group.part(OUTPUT, logs)
+        if messages is None:
+            return []
+        for msg in messages:
+            out.extend(msg.tool_calls)
+    return out
+
+
+def _disagreements(calls: list[Call], requests: list[ToolRequest]) -> None:
+    """Notes on the tool spans the conversation tells differently: other arguments than the
+    request with the same call id (or, without ids, the same name), or no request at all.
+    A conversation with no request in it says nothing about calls (a code agent calls its
+    tools from the code it writes; capture may have been off)."""
+    if not requests:
+        return
+    by_id = {r.call_id: r for r in requests if r.call_id is not None}
+    left: dict[str, list[ToolRequest]] = {}
+    spans: list[Call] = []
+    for call in calls:
+        node = call.node
+        if node is None or node.role is not Role.TOOL or call.handoff_target is not None:
+            continue  # a call the conversation alone shows, a sub-agent's span, a handoff
+        req = by_id.pop(call.call_id, None) if call.call_id is not None else None
+        if req is not None:
+            _compare_arguments(call, req)
+        else:
+            spans.append(call)
+    if not spans:
+        return
+    for req in by_id.values():
+        left.setdefault(req.name, []).append(req)
+    for req in requests:
+        if req.call_id is None:
+            left.setdefault(req.name, []).append(req)
+    for call in spans:
+        same = left.get(call.name) if isinstance(call.name, str) else None
+        if same:
+            _compare_arguments(call, same.pop(0))
+        else:
+            _note(call, NOT_ASKED)
+
+
+def _arguments_found(value: Any, keys: KeysView[Any]) -> dict[Any, Any] | None:
+    """The dict in a span's arguments that holds the request's: the arguments themselves, or
+    one level down in a framework's envelope (`{"args": [], "kwargs": {...}}`, `{"input":
+    {...}, "options": null}`, a Python repr under `input_str`)."""
+    if not isinstance(value, dict):
+        return None
+    if not keys.isdisjoint(value):
+        return value
+    for inner in value.values():
+        if isinstance(inner, str):
+            inner = python_literal(inner)  # JSON, else a Python repr
+        if isinstance(inner, dict) and not keys.isdisjoint(inner):
+            return inner
+    return None
+
+
+def _compare_arguments(call: Call, req: ToolRequest) -> None:
+    """Notes the argument names whose values the span and the request give differently (a
+    span may add defaults: keys only it has are no disagreement); names, not values, since
+    values are content."""
+    if not call.args_captured or call.node is None:
+        return
+    asked = loads_lenient(req.arguments)
+    if not isinstance(asked, dict) or not asked or call.arguments is req.arguments:
+        return
+    ran = _arguments_found(loads_lenient(call.arguments), asked.keys())
+    if ran is None:
+        return  # no record of these arguments in a shape we know: nothing to compare
+    differ = [
+        str(key)
+        for key, value in asked.items()
+        if key not in ran or (ran[key] != value and str(ran[key]) != str(value))
+    ]
+    if differ:
+        _note(
+            call,
+            "Its span's arguments differ from the model's request in "
+            + ", ".join(differ[:5])
+            + ("." if len(differ) <= 5 else f" and {len(differ) - 5} more."),
+        )

@@ -125,6 +125,80 @@ def config_option(f: F) -> F:
     )(f)
 
 
+GC_THRESHOLD0 = 10_000
+"""Allocations between two young-generation collections in `grade` and `inspect`."""
+
+
+def fewer_collections() -> None:
+    """Collect cyclic garbage less often for the rest of this process (a one-shot command).
+
+    Decoding a big file makes millions of objects that live until the command ends, and
+    with CPython's default of a collection every 700 allocations the collector walks them
+    over and over: on a 30,000-call trace that was a large share of `grade`'s CPU
+    (docs/measurements.md, "Big traces"). What the rarer collections leave waiting is at
+    most `GC_THRESHOLD0` objects."""
+    import gc
+
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD0, older, oldest)
+
+
+def json_document(value: Any) -> str:
+    """`json.dumps(value, indent=2, ensure_ascii=False)`, the text every `--json` prints,
+    written by orjson when that gives the same text.
+
+    `indent` makes `json` use its pure-Python encoder, many times slower than orjson on
+    the output of a big trace (docs/measurements.md, "Big traces"). orjson writes the same
+    text for plain JSON values except floats: `1e-05` comes out `0.00001`, and NaN or
+    infinity `null`. So a value holding such a float, or anything but dicts, lists, str,
+    int, float, bool and None, is written by `json` as before, and so is any value orjson
+    refuses (a key that is not a str, a lone surrogate, an int beyond 64 bits)."""
+    if _plain(value):
+        import orjson
+
+        try:
+            return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+        except (TypeError, orjson.JSONEncodeError):
+            pass
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def json_documents(key: str, items: Sequence[str]) -> str:
+    """`json_document({key: [...]})` from the items' `json_item` texts: a command that
+    renders each trace once it is read need not hold them all to print one document."""
+    if not items:
+        return json_document({key: []})
+    return "{\n  " + json.dumps(key) + ": [\n" + ",\n".join(items) + "\n  ]\n}"
+
+
+def json_item(value: Any) -> str:
+    """The lines `json_document` gives `value` as an item of `json_documents`: the same,
+    two levels deeper (a JSON string holds no raw newline)."""
+    return "    " + json_document(value).replace("\n", "\n    ")
+
+
+_PLAIN = frozenset((str, int, bool, type(None)))
+
+
+def _plain(value: Any) -> bool:
+    """Whether orjson writes `value` as `json` does (see `json_document`)."""
+    stack = [value]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is dict:  # orjson refuses a key that is not a str: `json` writes it
+            push(item.values())
+        elif kind is list or kind is tuple:
+            push(item)
+        elif kind is float:
+            if not (item == 0.0 or 1e-4 <= abs(item) < float("inf")):
+                return False  # NaN fails both comparisons
+        elif kind not in _PLAIN:
+            return False
+    return True
+
+
 @contextlib.contextmanager
 def status(label: str, *, enabled: bool | None = None) -> Iterator[None]:
     """`label...` on stderr while a long step runs, with the seconds it took once done, on a
@@ -152,7 +226,7 @@ def print_runs(runs: Sequence[Any], results: Sequence[Any], as_json: bool) -> No
         out = [
             {"task": run.task, "result": r.to_dict()} for run, r in zip(runs, results, strict=True)
         ]
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        click.echo(json_document(out))
         return
     for i, (run, result) in enumerate(zip(runs, results, strict=True), start=1):
         click.echo(render.run_block(f"run {i}/{len(runs)}", run, result))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +13,9 @@ from attest_otel.cli.common import (
     budget_option,
     config_option,
     exit_for,
+    fewer_collections,
+    json_documents,
+    json_item,
     json_option,
     model_options,
     status,
@@ -23,12 +25,8 @@ from attest_otel.cli.sources import trace_source_options
 from attest_otel.errors import InputError, UsageError
 
 if TYPE_CHECKING:
+    from attest_otel.model import CheckResult
     from attest_otel.pipeline import GradedTrace
-
-
-def _unused_policy_agents(policy: Any, traces: Sequence[Any], warn: Warnings) -> None:
-    for line in policy.unused(run.agent for trace in traces for run in trace.runs if run.agent):
-        warn(line)
 
 
 def _split_tools(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
@@ -139,11 +137,11 @@ def grade(
     attest-otel grade --since 1h                         # every trace the store got in 1h
     """
     from attest_otel.grade import grader, llm
-    from attest_otel.ingest.decode import decode_file
     from attest_otel.pipeline import Reading, grade_traces
     from attest_otel.policy import Policy, load_policy
     from attest_otel.sidecar.bounded import run_grader
 
+    fewer_collections()
     if file is not None and (trace_id is not None or since_s is not None):
         other = "--trace-id" if trace_id is not None else "--since"
         raise UsageError(
@@ -179,23 +177,26 @@ def grade(
     # Each run within the budget, in a thread of its own: a model that never answers, or a
     # run that grades for ever, costs the budget (docs/hostile-input.md, "Grading budget").
     grade_run = run_grader(grader.grade, judge, appropriate, budget_s)
-    graded: list[GradedTrace]
+    out = _Output(as_json, keep=export)
     if file is not None:
+        from attest_otel.ingest.stream import ByTrace
+
         with status(f"reading {file}"):
-            decoded = decode_file(file)
-        if not decoded.spans:
-            raise InputError(str(file), "no spans to grade")
-        with status(f"grading {len(decoded.spans)} spans"):
-            graded = grade_traces(
-                decoded.spans,
-                decoded.logs,
-                reading,
-                judge=judge,
-                appropriate=appropriate,
-                grade_run=grade_run,
-            )
-        _unused_policy_agents(loaded, [g.trace for g in graded], warn)
-        warn.check()
+            traces = ByTrace.of_file(file)
+        with traces:
+            if not traces.span_count:
+                raise InputError(str(file), "no spans to grade")
+            with status(f"grading {traces.span_count} spans"):
+                for one in traces:  # one trace at a time: memory does not grow with the file
+                    for g in grade_traces(
+                        one.spans,
+                        one.logs,
+                        reading,
+                        judge=judge,
+                        appropriate=appropriate,
+                        grade_run=grade_run,
+                    ):
+                        out.add(g)
     else:
         from attest_otel.cli import sources as cli_sources
 
@@ -222,33 +223,62 @@ def grade(
 
             where = f"store:{redact(store)}" if store is not None else redact(source)
             raise InputError(where, "no traces in that window: nothing to grade")
-        _unused_policy_agents(loaded, [g.trace for g in graded], warn)
-        warn.check()
-    if not any(g.trace.runs for g in graded):
+        for g in graded:
+            out.add(g)
+    for line in loaded.unused(out.agents):
+        warn(line)
+    warn.check()
+    if not out.any_runs:
         raise InputError(str(file) if file is not None else source, "no agent runs to grade")
-    _print_traces(graded, as_json)
+    out.print()
     if export:
         _export(
-            graded,
+            out.kept,
             otlp_endpoint,
             spans=not no_grade_spans,
             logs=not no_log_events,
             metrics=not no_metrics,
         )
-    exit_for([r for g in graded for r in g.results])
+    exit_for(out.results)
 
 
-def _print_traces(graded: Sequence[GradedTrace], as_json: bool) -> None:
-    from attest_otel.cli import render
+class _Output:
+    """What `grade` prints, made a trace at a time so that a trace's spans and runs can go
+    once it is graded: each trace's text (or JSON), the results for the totals and the exit
+    code, the agents for the policy check; the graded traces themselves only for --export."""
 
-    if as_json:
-        out = {"traces": [render.trace_json(g) for g in graded]}
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
-        return
-    for g in graded:
-        click.echo(render.trace_block(g))
-        click.echo()
-    click.echo(render.totals([r for g in graded for r in g.results]))
+    def __init__(self, as_json: bool, *, keep: bool) -> None:
+        self.as_json = as_json
+        self.keep = keep
+        self.blocks: list[str] = []
+        self.results: list[CheckResult] = []
+        self.agents: set[str] = set()
+        self.any_runs = False
+        self.kept: list[GradedTrace] = []
+
+    def add(self, graded: GradedTrace) -> None:
+        from attest_otel.cli import render
+
+        if self.as_json:
+            self.blocks.append(json_item(render.trace_json(graded)))
+        else:
+            self.blocks.append(render.trace_block(graded))
+        self.results += graded.results
+        self.agents.update(run.agent for run in graded.trace.runs if run.agent)
+        self.any_runs = self.any_runs or bool(graded.trace.runs)
+        if self.keep:
+            self.kept.append(graded)
+
+    def print(self) -> None:
+        from attest_otel.cli import render
+
+        if self.as_json:
+            click.echo(json_documents("traces", self.blocks))
+            return
+        for block in self.blocks:
+            click.echo(block)
+            click.echo()
+        click.echo(render.totals(self.results))
 
 
 def _export(

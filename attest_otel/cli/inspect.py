@@ -8,20 +8,29 @@ the trace exactly as `grade` does, policy and declared dialects included, and gr
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from attest_otel.adapt import TraceRuns
 from attest_otel.adapt.explain import SpanReading, gaps
-from attest_otel.cli.common import config_option
+from attest_otel.cli.common import (
+    config_option,
+    fewer_collections,
+    json_documents,
+    json_item,
+    status,
+)
 from attest_otel.cli.sources import load_trace, trace_source_options
 from attest_otel.errors import UsageError
-from attest_otel.terminal import printable
+from attest_otel.plumbing.terminal import printable
+
+if TYPE_CHECKING:
+    from attest_otel.ingest.decode import Decoded
 
 
 @click.command()
@@ -52,20 +61,61 @@ def inspect(
     """Show how each span of a trace was read, and what content is missing."""
     # Imported when the command runs: the decoders and readers load protobuf and every
     # dialect, which `attest-otel --help` need not wait for.
-    from attest_otel.ingest.decode import decode_file
     from attest_otel.pipeline import Reading, read
     from attest_otel.policy import Policy, load_policy
 
+    fewer_collections()
     if (file is None) == (trace_id is None):
         raise UsageError("inspect takes --file PATH or --trace-id ID (they exclude each other)")
     if since_s is not None:
         raise UsageError("inspect reads one trace or file; --since is for grade")
     loaded = load_policy(policy) if policy is not None else None
+    how = Reading(loaded or Policy.empty())
+    blocks: list[str] = []
+    with _traces(
+        file, trace_id, source, headers, ca_file, client_cert, client_key, insecure, timeout_s
+    ) as decoded:
+        for one in decoded:  # a trace at a time: memory does not grow with the file
+            for trace in read(one.spans, one.logs, how, explain=True):
+                if as_json:
+                    blocks.append(json_item(_as_dict(trace)))
+                else:
+                    # Span names and content are the sender's: shown, never sent to the
+                    # terminal.
+                    blocks.append(printable("\n".join(_lines(trace))))
+    if not blocks:
+        raise UsageError("no spans in the input")
+    if as_json:  # one document for the whole input, as `grade --json` prints
+        click.echo(json_documents("traces", blocks))
+        return
+    for block in blocks:
+        click.echo(block)
+
+
+@contextlib.contextmanager
+def _traces(
+    file: Path | None,
+    trace_id: str | None,
+    source: str,
+    headers: Sequence[str],
+    ca_file: Path | None,
+    client_cert: Path | None,
+    client_key: Path | None,
+    insecure: bool,
+    timeout_s: float,
+) -> Iterator[Iterable[Decoded]]:
+    """The input's traces, each with its spans and log records: a file's one at a time."""
     if file is not None:
-        decoded = decode_file(file)
-    else:
-        assert trace_id is not None
-        decoded = load_trace(
+        from attest_otel.ingest.stream import ByTrace
+
+        with status(f"reading {file}"):
+            by_trace = ByTrace.of_file(file)
+        with by_trace:
+            yield by_trace
+        return
+    assert trace_id is not None
+    yield [
+        load_trace(
             trace_id,
             source,
             headers,
@@ -75,16 +125,7 @@ def inspect(
             insecure=insecure,
             timeout_s=timeout_s,
         )
-    traces = read(decoded.spans, decoded.logs, Reading(loaded or Policy.empty()), explain=True)
-    if not traces:
-        raise UsageError("no spans in the input")
-    if as_json:  # one document for the whole input, as `grade --json` prints
-        out = {"traces": [_as_dict(trace) for trace in traces]}
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
-        return
-    for trace in traces:
-        # Span names and content are the sender's: shown, never sent to the terminal.
-        click.echo(printable("\n".join(_lines(trace))))
+    ]
 
 
 def _as_dict(trace: TraceRuns) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Plain text with optional colour; the CLI decides whether colour is on (a terminal) or off.
 Every piece of span content goes through `terminal.printable` before it is styled, so a
-tool name or result cannot send the terminal commands (attest_otel/terminal.py).
+tool name or result cannot send the terminal commands (attest_otel/plumbing/terminal.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import click
 from attest_otel.adapt.explain import capture_hints
 from attest_otel.model import CheckResult, Finding, Run, shown_score
 from attest_otel.pipeline import GradedTrace
-from attest_otel.terminal import printable
+from attest_otel.plumbing.terminal import printable
 
 _MARK = {"pass": "✓", "warn": "?", "fail": "✗"}
 _COLOUR = {"pass": "green", "warn": "yellow", "fail": "red"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -219,6 +220,9 @@ def serve(
             "content": content,
         },
     )
+    # Read once, as the forward headers: the SDK's OTLP/HTTP exporters would add it to every
+    # request of the sidecar's telemetry, wherever it goes (`sidecar.targets`).
+    os.environ.pop("OTEL_EXPORTER_OTLP_HEADERS", None)
     log = logging.getLogger("attest_otel.serve")
     for line in config_lines(config):
         log.debug("config %s", line)
@@ -240,6 +244,6 @@ def serve(
         while not stop.wait(0.5):
             pass
     finally:
-        service.shutdown()
+        service.shutdown(config.shutdown_deadline_s)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

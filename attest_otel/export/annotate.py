@@ -27,7 +27,7 @@ from attest_otel.export.otlp_bytes import fixed64, key_values, length_delimited
 from attest_otel.export.results import AttrValue, evaluations
 from attest_otel.model import CheckResult, Run
 
-__all__ = ["GRADE_MARKS", "annotate_spans", "annotation_bytes", "any_value"]
+__all__ = ["GRADE_MARKS", "annotate_graded", "annotate_spans", "annotation_bytes", "any_value"]
 
 _OWNED_KEYS = frozenset(
     {
@@ -96,6 +96,7 @@ def annotate_spans(
     *,
     now_ns: int,
     content: ContentPolicy = KEEP,
+    cleared: set[str] | None = None,
 ) -> int:
     """Adds the grade of `run` to its spans in place; returns how many spans were changed.
 
@@ -107,17 +108,22 @@ def annotate_spans(
         result: the graded result of `run`.
         now_ns: event timestamp (Unix ns); passed in so tests and replays are stable.
         content: what of the run's content the events may carry (`attest_otel.content`).
+        cleared: span ids whose previous grade was already removed in this pass: the
+            runs of one trace share it (`annotate_graded`), so a span that is both a call
+            of one run and the agent span of another keeps both evaluations.
     """
     touched: set[str] = set()
+    done = cleared if cleared is not None else set()
     for evaluation in evaluations(run, result, content):
         if evaluation.span_id is None:
             continue
         span = spans_by_id.get(evaluation.span_id)
         if span is None:
             continue
-        if evaluation.span_id not in touched:
+        if evaluation.span_id not in done:
             _clear_previous_grade(span)
-            touched.add(evaluation.span_id)
+            done.add(evaluation.span_id)
+        touched.add(evaluation.span_id)
         existing = {kv.key: kv for kv in span.attributes}
         for key, value in evaluation.span_attributes.items():
             if key in existing:
@@ -130,6 +136,23 @@ def annotate_spans(
             attributes=_key_values(evaluation.event_attributes),
         )
     return len(touched)
+
+
+def annotate_graded(
+    spans_by_id: Mapping[str, Any],
+    graded: Iterable[tuple[Run, CheckResult]],
+    *,
+    now_ns: int,
+    content: ContentPolicy = KEEP,
+) -> int:
+    """`annotate_spans` for every graded run of one trace: an earlier grade of a span is
+    removed once, before the first run writes on it, and what each run writes is kept (a
+    sub-agent's span is a call of its parent's run and the agent span of its own: it gets
+    both evaluations). Returns how many spans were changed."""
+    cleared: set[str] = set()
+    for run, result in graded:
+        annotate_spans(spans_by_id, run, result, now_ns=now_ns, content=content, cleared=cleared)
+    return len(cleared)
 
 
 _EVENT_NAME = length_delimited(0x12, semconv.GEN_AI_EVALUATION_RESULT.encode())
@@ -145,22 +168,21 @@ def annotation_bytes(
     attributes (field 9) and `gen_ai.evaluation.result` events (field 11) to append to that
     span's encoding. Only for spans that hold no grade yet (`GRADE_MARKS`).
 
-    As in `annotate_spans`, a run that touches a span replaces what an earlier run wrote on
-    it, and a key written twice within one run keeps its first place with the last value.
+    As in `annotate_graded`, every run's evaluations of a span are kept (a span that is a
+    call of one run and the agent span of another gets both), and a key written twice keeps
+    its first place with the last value.
     """
     per_span: dict[str, tuple[Mapping[str, AttrValue], list[bytes]]] = {}
     head = fixed64(0x09, now_ns) + _EVENT_NAME
     for run, result in graded:
-        touched: set[str] = set()
         for evaluation in evaluations(run, result, content):
             span_id = evaluation.span_id
             if span_id is None:
                 continue
             event = length_delimited(0x5A, head + key_values(0x1A, evaluation.event_attributes))
-            if span_id not in touched:
+            if span_id not in per_span:
                 # Most spans get one evaluation: its attributes are used as they are, and
-                # copied only when a second evaluation of the run writes on the same span.
-                touched.add(span_id)
+                # copied only when a second evaluation writes on the same span.
                 per_span[span_id] = (evaluation.span_attributes, [event])
                 continue
             attributes, events = per_span[span_id]

@@ -194,6 +194,13 @@ def destination(url: str, protocol: OtlpProtocol) -> str:
     return f"{url} ({protocol})"
 
 
+class _NoHeaders(dict[str, str]):
+    """No headers, said so: true as a value, so an exporter's `headers or <env>` keeps it."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
 def otlp_exporter(
     signal: Signal,
     protocol: OtlpProtocol,
@@ -207,12 +214,12 @@ def otlp_exporter(
     grpc_module, http_module, name = _EXPORTERS[signal]
     if protocol == "grpc":
         exporter = getattr(importlib.import_module(grpc_module), name)
-        # None, not {}: the gRPC exporter reads OTEL_EXPORTER_OTLP_HEADERS only when given None.
-        kwargs: dict[str, Any] = {
-            "endpoint": url,
-            "headers": dict(headers) if headers else None,
-            "timeout": timeout_s,
-        }
+        # The gRPC exporter reads OTEL_EXPORTER_OTLP_HEADERS whenever the headers it is given
+        # are falsy: None asks for that, an empty mapping ("none") must not.
+        given: Any = None
+        if headers is not None:
+            given = dict(headers) if headers else _NoHeaders()
+        kwargs: dict[str, Any] = {"endpoint": url, "headers": given, "timeout": timeout_s}
         if tls is not None:
             kwargs.update(insecure=False, credentials=tls.grpc_credentials())
         return exporter(**kwargs)

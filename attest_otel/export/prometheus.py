@@ -4,7 +4,7 @@ Debian's Prometheus (2.42) has no OTLP receiver, so it has to scrape us. The Ope
 Prometheus exporter turns the SDK's metrics into prometheus_client families on every
 scrape, and prometheus_client renders them; both are the maintained standard, so nothing
 here hand-writes the exposition format. The page is served by our own HTTP server
-(`attest_otel.httpserver`), not prometheus_client's, which takes a thread per connection
+(`attest_otel.plumbing.httpserver`), not prometheus_client's, which takes a thread per connection
 with no timeout: a thousand idle sockets were a thousand threads. Each endpoint gets its own
 registry: the global one would collide when a process builds telemetry twice (tests, a
 sidecar reloading its config) and would add process metrics nobody asked for.
@@ -20,7 +20,7 @@ from typing import Any
 from opentelemetry.sdk.metrics.export import MetricReader, MetricsData
 
 from attest_otel.errors import ListenError, UsageError
-from attest_otel.httpserver import HttpServer, Request, Response
+from attest_otel.plumbing.httpserver import HttpServer, Request, Response
 
 __all__ = ["PrometheusEndpoint", "count_points", "parse_address", "start_prometheus"]
 

@@ -46,7 +46,7 @@ from attest_otel.export.outputs import (
 from attest_otel.export.prometheus import PrometheusEndpoint
 from attest_otel.export.tally import Tally, install_log_capture
 from attest_otel.model import CheckResult, Run
-from attest_otel.yamlcheck import header_problem
+from attest_otel.yamlfile.read import header_problem
 
 __all__ = ["OUTPUTS", "Telemetry", "build_telemetry"]
 

@@ -272,6 +272,10 @@ def finding_for(
         evidence = error_output(fact.call)[:EVIDENCE_CHARS]
         if isinstance(answer, AnswerVerdict) and answer.reason:
             reason = f"{reason} {answer.reason}"
+    if fact.call.disagreement:
+        # The two witnesses of the call (its span, the model's conversation) told it
+        # differently: the verdict rests on one of them, and the reader should know.
+        reason = f"{reason} {fact.call.disagreement}"
     metadata: dict[str, object] = {
         "allowed": fact.allowed,
         "recovery": recovery,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from attest_otel.model import shown_score
+from attest_otel.plumbing.terminal import printable
 from attest_otel.report.stats import NO_AGENT, Rate, Report, iso_time, percent, review_headline
-from attest_otel.terminal import printable
 
 __all__ = ["render_text", "table"]
 

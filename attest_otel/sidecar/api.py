@@ -29,8 +29,10 @@ from attest_otel.content import ContentPolicy
 from attest_otel.errors import InputError
 from attest_otel.grade.rules import EVIDENCE_CHARS
 from attest_otel.ingest.decode import decode_bytes
-from attest_otel.model import Run, run_from_dict, run_to_dict
+from attest_otel.model import CheckResult, Run, run_from_dict, run_to_dict
 from attest_otel.pipeline import Reading, grade_traces, read
+from attest_otel.policy import Policy
+from attest_otel.store import Store
 from attest_otel.store.blob import split as split_stored
 from attest_otel.store.scrub import scrub_result
 
@@ -44,11 +46,25 @@ class GraderApi:
     """`attest_otel.v1.Grader` on the gRPC port (see proto/attest_otel/v1/grader.proto)."""
 
     def __init__(
-        self, service: Any, max_concurrent: int = 2, max_request_bytes: int = 4 * 1024 * 1024
+        self,
+        *,
+        grade_run: Callable[[Run], CheckResult],
+        store: Callable[[], Store | None],
+        policy: Policy | None,
+        content: ContentPolicy,
+        model_reasons: int = 0,
+        max_concurrent: int = 2,
+        max_request_bytes: int = 4 * 1024 * 1024,
     ) -> None:
-        """`service`: the running `Service` (its grader, store and policy);
+        """`grade_run`: the sidecar's, within its time budget (`TraceGrader.grade_run_bounded`);
+        `store`: the store while it is open (None: turned off, or not open yet);
+        `model_reasons`: the model reasons a call's finding may carry (`reply_bound`);
         `max_request_bytes`: the largest run `GradeRun` reads."""
-        self.service = service
+        self.grade_run = grade_run
+        self.store = store
+        self.policy = policy
+        self.content = content
+        self.model_reasons = model_reasons
         self.max_request_bytes = max_request_bytes
         self.max_concurrent = max(1, max_concurrent)
         self._slots = threading.BoundedSemaphore(self.max_concurrent)
@@ -87,12 +103,7 @@ class GraderApi:
             run = run_from_dict(data)
         except InputError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        grader = self.service.grader
-        if grader is None:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the sidecar is starting")
-            raise AssertionError("abort raises")
-        gate = grader.gate
-        bound = reply_bound(run, model_reasons=0 if gate is None else 2 if gate.appropriate else 1)
+        bound = reply_bound(run, model_reasons=self.model_reasons)
         if bound > MAX_REPLY_BYTES:
             context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -100,7 +111,7 @@ class GraderApi:
                 f"the {MAX_REPLY_BYTES}-byte answer limit; grade it with `attest-otel grade "
                 "--file` instead",
             )
-        result = grader.grade_run_bounded(run)
+        result = self.grade_run(run)
         reply = json_format.ParseDict(
             result.to_dict(), result_pb2.CheckResult(), ignore_unknown_fields=True
         )
@@ -114,7 +125,7 @@ class GraderApi:
 
     def _grade_trace(self, request: Any, context: Any) -> Any:
         trace_id = request.trace_id.strip().lower()
-        store = self.service.store
+        store = self.store()
         if store is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the store is turned off")
             raise AssertionError("abort raises")
@@ -122,7 +133,7 @@ class GraderApi:
         if stored is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"trace {trace_id} is not in the store")
             raise AssertionError("abort raises")
-        content = self.service.config.content
+        content = self.content
         response = grader_pb2.GradeTraceResponse(trace_id=trace_id)
         if not stored.data:  # content: drop keeps grades only
             for grade in stored.grades:
@@ -144,7 +155,7 @@ class GraderApi:
             decoded.logs += decode_bytes(
                 logs, "application/x-protobuf", source=f"store trace {trace_id} logs"
             ).logs
-        policy = self.service.policy
+        policy = self.policy
         reading = Reading(policy) if policy is not None else None
         runs_bytes = sum(
             json_format.ParseDict(

@@ -181,6 +181,7 @@ class TraceBuffer:
         probe: Probe,
         release: Release,
         clock: Callable[[], float] = time.monotonic,
+        fair_key: str | None = None,
     ) -> None:
         self.limits = limits
         self._probe = probe
@@ -198,7 +199,7 @@ class TraceBuffer:
         self.released_by_reason: dict[str, int] = {}
         self._senders: dict[str, _Holding] = {}
         self._names: dict[bytes, str] = {}
-        self.fair_key: str | None = None
+        self.fair_key = fair_key
         """The sender of every trace when senders authenticate (the ingest token's name);
         None: the self-declared `service.name`."""
         self._refused: OrderedDict[bytes, list[str]] = OrderedDict()
@@ -214,12 +215,15 @@ class TraceBuffer:
             )
             self._thread.start()
 
-    def stop(self) -> None:
-        """Stops the ticker; held traces stay until `release_all`."""
+    def shutdown(self, timeout_s: float) -> bool:
+        """Stops the ticker and releases every held trace for grading now (the grading
+        pool, shut down next, grades or forwards them within what is left)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(5)
+            self._thread.join(min(5.0, max(0.1, timeout_s)))
             self._thread = None
+        self._release(self.release_all())
+        return True
 
     def release_all(self, reason: str = REASON_SHUTDOWN) -> list[HeldTrace]:
         """Takes every held trace out (for grading now), oldest first."""

@@ -35,10 +35,10 @@ holds 2048; a graded agent trace has a dozen)."""
 
 
 class EvaluationLogs:
-    """`send(records)` for the grader; `start` / `shutdown(deadline)` for the service."""
+    """`send(records)` for the grader; `start` / `shutdown(timeout_s)` for the service."""
 
     def __init__(self, forward: ForwardConfig, target: Mapping[str, Any]) -> None:
-        """`target`: where the telemetry goes (`service.telemetry_target`: endpoint,
+        """`target`: where the telemetry goes (`targets.telemetry_target`: endpoint,
         protocol, timeout_s, headers, tls)."""
 
         protocol = resolve_protocol("logs", target.get("protocol"))
@@ -83,5 +83,8 @@ class EvaluationLogs:
     def start(self) -> None:
         self.forwarder.start()
 
-    def shutdown(self, deadline: float) -> bool:
-        return self.forwarder.shutdown(deadline)
+    def shutdown(self, timeout_s: float) -> bool:
+        """Sends what is queued within `timeout_s`. True either way: log events are
+        telemetry, and what was not sent is counted by the forwarder, not undelivered data."""
+        self.forwarder.shutdown(timeout_s)
+        return True

@@ -10,7 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from attest_otel.grade import rules
-from attest_otel.model import Run
+from attest_otel.grade.grader import grade
+from attest_otel.model import CheckResult, Run
+from attest_otel.sidecar.bounded import BoundedJudge
+from attest_otel.sidecar.stats import SidecarStats
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +87,18 @@ class ModelGate:
             self._used += calls
             self.admitted += 1
         return True
+
+
+def run_grader(gate: ModelGate | None, stats: SidecarStats) -> Callable[..., CheckResult]:
+    """Grades one run, with the model when the gate admits it (its budget and sampling);
+    `abandoned` set: its caller gave up (`bounded`), so the model is asked nothing more."""
+
+    def grade_run(run: Run, abandoned: threading.Event | None = None) -> CheckResult:
+        if gate is not None and gate.admit(run):
+            with gate.semaphore:
+                stats.add(model_runs=1)
+                judge = gate.judge if abandoned is None else BoundedJudge(gate.judge, abandoned)
+                return grade(run, judge=judge, appropriate=gate.appropriate)
+        return grade(run, judge=None)
+
+    return grade_run

@@ -16,9 +16,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -31,7 +31,7 @@ import attest_otel.grade.grader
 import attest_otel.ingest.decode  # noqa: F401
 from attest_otel import semconv
 from attest_otel.content import KEEP, ContentPolicy
-from attest_otel.export.annotate import GRADE_MARKS, annotate_spans, annotation_bytes
+from attest_otel.export.annotate import GRADE_MARKS, annotate_graded, annotation_bytes
 from attest_otel.export.log_records import log_records
 from attest_otel.export.otlp_bytes import key_values
 from attest_otel.grade.grader import grade
@@ -39,15 +39,15 @@ from attest_otel.ingest.decode import decode_request
 from attest_otel.model import CheckResult, Run, Step, ToolCall, shown_score
 from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.policy import load_policy
-from attest_otel.sidecar.bounded import BoundedJudge, InProcessBudget, ungraded_result
+from attest_otel.sidecar.bounded import InProcessBudget, ungraded_result
 from attest_otel.sidecar.bounded import why as _why
 from attest_otel.sidecar.buffer import HeldTrace
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
-from attest_otel.sidecar.gate import ModelGate
+from attest_otel.sidecar.gate import ModelGate, run_grader
 from attest_otel.sidecar.quarantine import Quarantine
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import append_to_spans, iter_resource_spans
-from attest_otel.sidecar.workers import Failed, GradingProcesses
+from attest_otel.sidecar.workers import Failed
 from attest_otel.store import StoredGrade, Writer
 from attest_otel.store.blob import split as split_stored
 from attest_otel.store.blob import with_logs
@@ -75,6 +75,20 @@ class GradingFailed(Exception):
         self.failed = failed
 
 
+class ProcessPool(Protocol):
+    """Grading processes (`grading_pool.OfflineGrading`), asked whether they run now:
+    when they could not start, grading goes on in this process."""
+
+    @property
+    def running(self) -> bool: ...
+
+    def map(
+        self, fn: Callable[..., Any], items: Sequence[tuple[Any, ...]], labels: Sequence[str]
+    ) -> list[Any]: ...
+
+    def oldest_s(self) -> float: ...
+
+
 class TraceGrader:
     """Grades one released trace and sends it on; never raises (see the module docstring)."""
 
@@ -87,12 +101,18 @@ class TraceGrader:
         stats: SidecarStats,
         emit: Callable[[Run, CheckResult], None] | None = None,
         store: Writer | None = None,
-        pool: GradingProcesses | None = None,
+        pool: ProcessPool | None = None,
         emit_after_worker: Callable[[list[tuple[Run, CheckResult]]], None] | None = None,
         content: ContentPolicy = KEEP,
-        budget_s: float = 10.0,
+        here: InProcessBudget | None = None,
+        regrade: Callable[[HeldTrace], None] | None = None,
+        remember: Callable[[str, bytes, list[tuple[Run, CheckResult]]], None] | None = None,
+        send_logs: Callable[[list[bytes]], None] | None = None,
+        log_forwarder: Forwarder | None = None,
+        quarantine: Quarantine | None = None,
+        saw_agent: Callable[[str | None], None] | None = None,
     ) -> None:
-        """`budget_s`: how long grading one trace here may take (`bounded`)."""
+        """`here`: the time budget of grading in this process (`bounded`; None: 10 s)."""
         self.content = content
         """What of a run's content the grade events written into its spans carry."""
         self.emit_after_worker = emit_after_worker
@@ -106,20 +126,21 @@ class TraceGrader:
         self.stats = stats
         self.emit = emit
         self.store = store
-        self.regrade: Callable[[HeldTrace], None] | None = None
+        self.regrade = regrade
         """Grades a late trace (spans that arrived after their trace was graded) again with
         what was graded before (`regrade.Regrader`)."""
-        self.remember: Callable[[str, bytes, list[tuple[Run, CheckResult]]], None] | None = None
+        self.remember = remember
         """Told every graded trace (what a later regrade starts from when there is no store)."""
-        self.send_logs: Callable[[list[bytes]], None] | None = None
+        self.send_logs = send_logs
         """Sends a graded trace's evaluation log records; None: log events are off."""
-        self.log_forwarder: Forwarder | None = None
+        self.log_forwarder = log_forwarder
         """Where the log records held with a trace go, after its spans."""
-        self.quarantine: Quarantine | None = None
+        self.quarantine = quarantine
         """Traces that broke grading: forwarded ungraded, never graded again."""
-        self.saw_agent: Callable[[str | None], None] | None = None
+        self.saw_agent = saw_agent
         """Told each graded run's agent (`policy_watch.PolicyWatch.saw`)."""
-        self.here = InProcessBudget(budget_s)
+        self._grade_run = run_grader(gate, stats)
+        self.here = here if here is not None else InProcessBudget(10.0)
         """The time budget of grading in this process (`bounded`)."""
 
     def stalled_s(self) -> float:
@@ -131,15 +152,8 @@ class TraceGrader:
         return max(own, pool.oldest_s() if pool is not None else 0.0)
 
     def grade_run(self, run: Run, abandoned: threading.Event | None = None) -> CheckResult:
-        """One run graded here; `abandoned` set: its caller gave up (`bounded`), so the
-        model is asked nothing more."""
-        gate = self.gate
-        if gate is not None and gate.admit(run):
-            with gate.semaphore:
-                self.stats.add(model_runs=1)
-                judge = gate.judge if abandoned is None else BoundedJudge(gate.judge, abandoned)
-                return grade(run, judge=judge, appropriate=gate.appropriate)
-        return grade(run, judge=None)
+        """One run graded here (`gate.run_grader`)."""
+        return self._grade_run(run, abandoned)
 
     def grade_run_bounded(self, run: Run) -> CheckResult:
         """`grade_run` within the budget of grading here (the Grader API's GradeRun); past
@@ -266,7 +280,7 @@ class TraceGrader:
         """The batch graded in grading processes, each trace within the budget; None: grade
         here (no processes, or model checks on)."""
         pool = self.pool
-        if pool is None or self.gate is not None:
+        if pool is None or not pool.running or self.gate is not None:
             return None
         if not traces:
             return []
@@ -437,8 +451,7 @@ def grade_decoded(
         )
         return annotated, graded
     by_id = {span.span_id: span.source for span in decoded.spans}
-    for run, result in graded:
-        annotate_spans(by_id, run, result, now_ns=now, content=content)
+    annotate_graded(by_id, graded, now_ns=now, content=content)
     serialized: bytes = request.SerializeToString()
     return serialized, graded
 

@@ -2,7 +2,7 @@
 `/readyz`.
 
 What it answers is in `receivers` (the table of outcomes). What a connection may cost is
-bounded by the server (`attest_otel.httpserver`: an event loop holds idle and slow
+bounded by the server (`attest_otel.plumbing.httpserver`: an event loop holds idle and slow
 connections, a pool of `workers` threads sees only whole requests). What a request may cost
 is bounded here:
 
@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from attest_otel.errors import InputError, ListenError
-from attest_otel.httpserver import HttpServer, Request, Response
 from attest_otel.ingest.gzip import InflatesTooFar, gunzip
+from attest_otel.plumbing.httpserver import HttpServer, Request, Response
 from attest_otel.sidecar.config import parse_host_port
 from attest_otel.sidecar.receivers import (
     _CODE_INVALID_ARGUMENT,
@@ -471,8 +471,10 @@ class HttpReceiver:
         )
         return self.port
 
-    def stop(self) -> None:
-        """Stops accepting connections and closes the open ones."""
+    def shutdown(self, timeout_s: float) -> bool:
+        """Stops accepting connections and closes the open ones (at once: a request in
+        flight was held or refused already, so `timeout_s` is not needed)."""
         if self._server is not None:
             self._server.stop()
             self._server = None
+        return True

@@ -32,14 +32,13 @@ def load_grading(config: ServiceConfig) -> tuple[Policy | None, Judge | None]:
     model = config.grading.model
     if model.enabled:
         found = judge_from_env(model.model)
-        client = getattr(found, "_client", None)  # an AnthropicJudge: ours, with our settings
         if found is None:
             problems.append(
                 "grading.model.enabled: true, but no model is available (set ANTHROPIC_API_KEY)"
             )
-        elif client is not None:
-            judge = AnthropicJudge(
-                client, model.model, max_concurrency=model.max_concurrency, content=config.content
+        elif isinstance(found, AnthropicJudge):  # ours: with the sidecar's settings
+            judge = found.configured(
+                model.model, max_concurrency=model.max_concurrency, content=config.content
             )
         elif config.content.mode != "keep":
             problems.append(

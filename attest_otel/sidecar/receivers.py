@@ -451,12 +451,14 @@ class GrpcReceiver:
                 log.exception("gRPC receiver: noting the traces of a refused request failed")
         context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
-    def stop(self, grace_s: float | None = 1.0) -> None:
-        """Stops accepting; calls in flight get `grace_s` to finish."""
+    def shutdown(self, timeout_s: float) -> bool:
+        """Stops accepting; calls in flight get up to a second of `timeout_s` to finish."""
         server = self._server
         if server is not None:
-            server.stop(grace_s).wait((grace_s or 0) + 5)
+            grace = min(1.0, max(0.0, timeout_s))
+            server.stop(grace).wait(grace + 5)
             self._server = None
+        return True
 
 
 GRADER_PREFIX = "/attest_otel.v1.Grader/"

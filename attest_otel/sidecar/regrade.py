@@ -62,6 +62,7 @@ from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
 from attest_otel.sidecar.grading import (
     GradingFailed,
+    ProcessPool,
     encode_logs,
     grade_again,
     grade_again_in_worker,
@@ -69,7 +70,7 @@ from attest_otel.sidecar.grading import (
 from attest_otel.sidecar.shape import service_name
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import split_request
-from attest_otel.sidecar.workers import Failed, GradingProcesses
+from attest_otel.sidecar.workers import Failed
 from attest_otel.store import StoredGrade, Writer, part_digest
 from attest_otel.store.scrub import scrub_result
 
@@ -136,6 +137,9 @@ class Regrader:
         stats: SidecarStats,
         store: Writer | None,
         content: ContentPolicy = KEEP,
+        pool: ProcessPool | None = None,
+        send_logs: Callable[[list[bytes]], None] | None = None,
+        authenticated: bool = False,
         here: InProcessBudget | None = None,
     ) -> None:
         """`here`: the time budget of grading in this process, when there is no grading
@@ -153,12 +157,12 @@ class Regrader:
             RecentTraces() if store is None or content.mode == "drop" else None
         )
         self._spans = _GradeSpans(content)
-        self.authenticated = False
+        self.authenticated = authenticated
         """Whether senders present the ingest token (else the late spans' sender is only
         the `service.name` they declare)."""
-        self.pool: GradingProcesses | None = None
+        self.pool = pool
         """The grading processes (`grading.grade_again_in_worker`); None: grade here."""
-        self.send_logs: Callable[[list[bytes]], None] | None = None
+        self.send_logs = send_logs
         """Sends the evaluation log records of the runs a regrade graded anew; None: log
         events are off. A trace held first from its log records (the logs pipeline is often
         faster) is graded through here when its spans come, so without them its runs would
@@ -387,7 +391,7 @@ class Regrader:
     ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
         """`grading.grade_again` in a grading process when there is one, else here."""
         pool = self.pool
-        if pool is not None:
+        if pool is not None and pool.running:
             # Never again here when the process failed: what stalled it would stall us.
             (answer,) = pool.map(grade_again_in_worker, [(prior, late, label)], [label])
             if isinstance(answer, Failed):

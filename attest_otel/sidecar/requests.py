@@ -164,6 +164,16 @@ class RequestPath:
         self._disk_logged = 0.0
         self._disk_failed_at = 0.0
 
+    # --- lifecycle: the intake, started last and shut down first --------------------------
+
+    def start(self) -> None:
+        self.closing = False
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """From now on every request is answered "retry later" (`closing`)."""
+        self.closing = True
+        return True
+
     def ready(self) -> tuple[bool, str]:
         if self.closing:
             return False, "shutting down"

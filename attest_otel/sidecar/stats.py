@@ -14,6 +14,9 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from attest_otel.sidecar.buffer import TraceBuffer
+from attest_otel.sidecar.forward import Forwarder
+
 log = logging.getLogger(__name__)
 
 
@@ -163,12 +166,16 @@ class SidecarStats:
             self.grade_failures += failed
 
 
-def register_metrics(meter: Any, service: Any) -> None:
-    """Observable instruments over the counters: nothing on the hot path calls the SDK."""
-
-    stats = service.stats
-    forwarder = service.forwarder
-    buffer = service.buffer
+def register_metrics(
+    meter: Any,
+    *,
+    stats: SidecarStats,
+    forwarder: Forwarder,
+    buffer: TraceBuffer,
+    store_writer: object | None,
+) -> None:
+    """Observable instruments over the counters: nothing on the hot path calls the SDK.
+    `store_writer`: its `written` and `dropped` counts, when it keeps them."""
 
     def one(value: Callable[[], float]) -> Callable[[CallbackOptions], Iterable[Observation]]:
         return lambda _options: [Observation(value())]
@@ -195,8 +202,8 @@ def register_metrics(meter: Any, service: Any) -> None:
         "attest.sidecar.queue.spans": one(lambda: forwarder.queued_spans),
         "attest.sidecar.queue.size": one(lambda: forwarder.queued_bytes),
         "attest.sidecar.forward.retries": one(lambda: forwarder.stats.retries),
-        "attest.sidecar.store.writes": one(lambda: getattr(service.store_writer, "written", 0)),
-        "attest.sidecar.store.dropped": one(lambda: getattr(service.store_writer, "dropped", 0)),
+        "attest.sidecar.store.writes": one(lambda: getattr(store_writer, "written", 0)),
+        "attest.sidecar.store.dropped": one(lambda: getattr(store_writer, "dropped", 0)),
         "attest.sidecar.spans.possible_duplicates": one(
             lambda: forwarder.stats.possible_duplicates
         ),

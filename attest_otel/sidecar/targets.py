@@ -3,7 +3,6 @@ credentials: the forward host's, or the telemetry section's own."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from attest_otel.export.otlp_config import ExportTls
@@ -17,12 +16,11 @@ def telemetry_target(config: ServiceConfig) -> dict[str, Any]:
 
     To the forward host (no `telemetry.endpoint`, or the same host:port): with the forward
     TLS material and, unless `telemetry.headers` is set, the forward headers. Anywhere else:
-    with `telemetry.headers` only, never the forward ones. OTEL_EXPORTER_OTLP_HEADERS was
-    read once, as forward headers, and is taken out of the environment so the SDK exporters
-    do not send it to every endpoint.
+    with `telemetry.headers` only, never the forward ones. The headers are always given
+    (empty: none), so the exporters never add OTEL_EXPORTER_OTLP_HEADERS, which was read
+    once, as the forward headers (the OTLP/HTTP exporters add it whatever they are given:
+    `serve` takes it out of its environment once the config is loaded).
     """
-
-    os.environ.pop("OTEL_EXPORTER_OTLP_HEADERS", None)
     tel, fwd = config.telemetry, config.forward
     endpoint = tel.endpoint or fwd.endpoint
     same = tel.endpoint is None
@@ -43,6 +41,6 @@ def telemetry_target(config: ServiceConfig) -> dict[str, Any]:
         "endpoint": endpoint,
         "protocol": tel.protocol or fwd.protocol,
         "timeout_s": tel.timeout_s,
-        "headers": headers or None,
+        "headers": headers,
         "tls": tls,
     }

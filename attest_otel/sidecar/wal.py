@@ -50,8 +50,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attest_otel.plumbing.throttled_log import Throttled
 from attest_otel.sidecar.buffer_dir import open_private, read_private
-from attest_otel.throttled_log import Throttled
 
 __all__ = ["BufferDirError", "DurableLog"]
 

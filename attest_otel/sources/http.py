@@ -34,7 +34,7 @@ import httpx2
 
 from attest_otel.errors import SourceError, UsageError
 from attest_otel.sources.base import first_line
-from attest_otel.yamlcheck import header_problem
+from attest_otel.yamlfile.read import header_problem
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",

@@ -35,10 +35,10 @@ from pathlib import Path
 import psycopg
 
 from attest_otel.content import KEEP, ContentPolicy
+from attest_otel.plumbing.throttled_log import Throttled
 from attest_otel.store.postgres import PostgresStore, PutItem, Unreachable
 from attest_otel.store.scrub import scrub_result, scrub_traces
 from attest_otel.store.sqlite import StoredGrade
-from attest_otel.throttled_log import Throttled
 
 __all__ = ["SharedStoreWriter"]
 

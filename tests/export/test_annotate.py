@@ -7,7 +7,9 @@ from typing import Any
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from attest_otel import semconv
-from attest_otel.export.annotate import annotate_spans
+from attest_otel.export.annotate import annotate_graded, annotate_spans, annotation_bytes
+from attest_otel.grade.grader import grade
+from tests.adapt.spans import Trace, js
 
 from .sample import AGENT_SPAN_ID, TRACE_ID, graded_run, passing_run, tool_span_id
 
@@ -112,3 +114,96 @@ def test_events_of_other_evaluators_survive_a_regrade() -> None:
         for e in span.events
     ]
     assert names == ["relevance", "attest.tool_use"]
+
+
+def _sub_agent_trace() -> tuple[list[tuple[Any, Any]], str]:
+    """A lead agent whose model asked for the `researcher` sub-agent by name, with no tool
+    span: the sub-agent's span is a call of the lead's run and the agent span of its own."""
+    t = Trace()
+    lead = t.span(
+        "invoke_agent lead",
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "lead"},
+        start=0,
+        end=100,
+    )
+    user = {"role": "user", "parts": [{"type": "text", "content": "Research X"}]}
+    ask = {"type": "tool_call", "id": "r1", "name": "researcher", "arguments": {}}
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "x"}
+    t.span(
+        "chat m",
+        {
+            **chat,
+            "gen_ai.input.messages": js([user]),
+            "gen_ai.output.messages": js([{"role": "assistant", "parts": [ask]}]),
+        },
+        parent=lead,
+        start=1,
+        end=5,
+    )
+    said = {"role": "assistant", "parts": [{"type": "text", "content": "X is Y."}]}
+    sub = t.span(
+        "invoke_agent researcher",
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "researcher",
+            "gen_ai.output.messages": js([said]),
+        },
+        parent=lead,
+        start=10,
+        end=40,
+    )
+    told = {
+        "role": "tool",
+        "parts": [{"type": "tool_call_response", "id": "r1", "response": "X is Y."}],
+    }
+    t.span(
+        "chat m",
+        {
+            **chat,
+            "gen_ai.input.messages": js([user, {"role": "assistant", "parts": [ask]}, told]),
+            "gen_ai.output.messages": js([said]),
+        },
+        parent=lead,
+        start=41,
+        end=50,
+    )
+    graded = [(run, grade(run, judge=None)) for run in t.runs()]
+    assert [r.agent for r, _ in graded] == ["lead", "researcher"]
+    assert graded[0][0].steps[0].tool_call.span_id == sub.span_id  # type: ignore[union-attr]
+    return graded, sub.span_id
+
+
+def _evaluated(span: PbSpan) -> list[tuple[str, str | None]]:
+    """(what the event judged: a tool's name or the run's agent, its label) per event."""
+    out = []
+    for e in span.events:
+        attrs = {kv.key: kv.value.string_value for kv in e.attributes}
+        out.append(
+            (
+                attrs.get("gen_ai.tool.name") or attrs.get("gen_ai.agent.name") or "",
+                attrs.get("gen_ai.evaluation.score.label"),
+            )
+        )
+    return out
+
+
+def test_a_span_that_is_a_call_and_a_run_carries_both_evaluations() -> None:
+    graded, sub_id = _sub_agent_trace()
+    span = _span(sub_id, "invoke_agent researcher")
+    assert annotate_graded({sub_id: span}, graded, now_ns=NOW) == 1
+    assert _evaluated(span) == [("researcher", "correct"), ("researcher", "pass")]
+    attrs = _attrs(span)
+    assert attrs[semconv.ATTEST_VERDICT] == "correct"
+    assert attrs[semconv.ATTEST_TOOL_USE_VERDICT] == "pass"
+    # graded again (a late span): the old pair replaced, not doubled
+    annotate_graded({sub_id: span}, graded, now_ns=NOW + 1)
+    assert len(span.events) == 2 and {e.time_unix_nano for e in span.events} == {NOW + 1}
+
+
+def test_appended_bytes_carry_both_evaluations_too() -> None:
+    graded, sub_id = _sub_agent_trace()
+    by_messages = _span(sub_id, "invoke_agent researcher")
+    annotate_graded({sub_id: by_messages}, graded, now_ns=NOW)
+    plain = _span(sub_id, "invoke_agent researcher").SerializeToString()
+    extra = annotation_bytes(graded, now_ns=NOW)[sub_id]
+    assert PbSpan.FromString(plain + extra) == by_messages

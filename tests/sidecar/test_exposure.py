@@ -437,7 +437,7 @@ def _emit_one_grade(config: Any) -> None:
     from attest_otel.export.telemetry import build_telemetry
     from attest_otel.grade.grader import grade
     from attest_otel.model import Run, Step, ToolCall
-    from attest_otel.sidecar.service import telemetry_target
+    from attest_otel.sidecar.targets import telemetry_target
 
     run = Run(
         steps=[Step(tool_call=ToolCall(name="pay", output="Error: declined"))],

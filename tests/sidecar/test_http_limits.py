@@ -59,7 +59,7 @@ def receiver(counts: _Counts) -> Iterator[HttpReceiver]:
     try:
         yield made
     finally:
-        made.stop()
+        made.shutdown(1.0)
 
 
 def _post(
@@ -163,7 +163,7 @@ def test_json_has_its_own_lower_cap_and_deep_nesting_is_a_400(
         status, body = _post(receiver.port, gz_deep, "application/json", "gzip")
         assert status == 400 and b"nested too deeply" in body
     finally:
-        receiver.stop()
+        receiver.shutdown(1.0)
 
 
 def test_decodes_wait_for_the_semaphore_then_get_503(counts: _Counts) -> None:
@@ -188,7 +188,7 @@ def test_decodes_wait_for_the_semaphore_then_get_503(counts: _Counts) -> None:
         assert counts.rejections.get("decode_busy") == 1
         conn.close()
     finally:
-        receiver.stop()
+        receiver.shutdown(1.0)
 
 
 def test_json_senders_cannot_turn_away_gzip_protobuf_nor_one_sender_take_every_slot(
@@ -210,4 +210,4 @@ def test_json_senders_cannot_turn_away_gzip_protobuf_nor_one_sender_take_every_s
         assert receiver.decodes.acquire("json", "10.0.0.3", 0)
         assert counts.rejections.get("decode_busy") == 1
     finally:
-        receiver.stop()
+        receiver.shutdown(1.0)

@@ -180,8 +180,6 @@ def test_runs_over_the_budget_are_graded_offline(tmp_path: Path, downstream: Dow
         clock=lambda: clock[0],
     )
     service = build_service(_config(tmp_path, downstream))
-    service.gate = gate
-    service._build_parts = lambda: None  # type: ignore[method-assign]
     from attest_otel.sidecar.grading import TraceGrader
 
     grader = TraceGrader(policy=None, gate=gate, forwarder=service.forwarder, stats=service.stats)

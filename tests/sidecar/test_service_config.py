@@ -383,3 +383,25 @@ def test_serve_with_a_bad_policy_exits_2_with_one_line_and_listens_on_nothing(
     with socket.socket() as probe:  # the HTTP port was never taken either
         probe.bind(("127.0.0.1", http_port))
     assert not (tmp_path / "store.db").exists()
+
+
+def test_the_judge_the_environment_makes_takes_the_sidecars_model_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The content policy and the concurrency of `grading.model` reach the judge the
+    environment made (its client kept), through its public `configured`."""
+    from attest_otel.grade.llm import AnthropicJudge
+    from attest_otel.sidecar.loading import load_grading
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "forward: {endpoint: 'collector:4317'}\n"
+        "grading: {model: {enabled: true, model: claude-test, max_concurrency: 3}}\n"
+        "content: {mode: truncate, max_chars: 40}\n"
+    )
+    _, judge = load_grading(load_service_config(path, environ={}))
+    assert isinstance(judge, AnthropicJudge)
+    assert judge.model == "claude-test"
+    assert (judge.content.mode, judge.content.max_chars) == ("truncate", 40)
+    assert "max_concurrency=3" in repr(judge)

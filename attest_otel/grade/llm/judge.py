@@ -156,6 +156,20 @@ class AnthropicJudge:
         self._max_concurrency = max_concurrency
         self._cache = DEFAULT_CACHE if cache is None else cache
 
+    def configured(
+        self, model: str | None, *, max_concurrency: int, content: ContentPolicy
+    ) -> AnthropicJudge:
+        """This judge's client (its key, base URL, timeout and retries) with another model,
+        concurrency and content policy: the sidecar's settings over a judge the environment
+        made."""
+        return AnthropicJudge(
+            self._client,
+            model,
+            max_concurrency=max_concurrency,
+            cache=self._cache,
+            content=content,
+        )
+
     def __repr__(self) -> str:
         return f"AnthropicJudge(model={self.model!r}, max_concurrency={self._max_concurrency})"
 

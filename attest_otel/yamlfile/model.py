@@ -1,9 +1,9 @@
-"""A YAML file checked by a pydantic model, with the problems people get from `yamlcheck`.
+"""A YAML file checked by a pydantic model, with the problems people get from `yamlfile.read`.
 
 A user fixes a file in one pass only when every problem is listed at once with its key path
 *and* line. pydantic lists every problem with its location in the data, but the data has
-lost its lines; so the file is read as a node tree (`yamlcheck.compose`), `${env:...}` is
-expanded in its values (`yamlcheck` says how), and the tree is turned into plain data while
+lost its lines; so the file is read as a node tree (`yamlfile.read.compose`), `${env:...}` is
+expanded in its values (`yamlfile.read` says how), and the tree is turned into plain data while
 each key path's line is noted (`Marks`). The model checks the data; `problems` turns its
 ValidationError back into "key.path (line N): what is wrong", in the order of the file,
 a node's own problems after those inside it.
@@ -34,7 +34,7 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from attest_otel.errors import PolicyError
-from attest_otel.yamlcheck import STR_TAG, Checker, compose
+from attest_otel.yamlfile.read import STR_TAG, Checker, compose
 
 __all__ = [
     "FileModel",
@@ -45,6 +45,7 @@ __all__ = [
     "kind_of",
     "one_or_many",
     "problems",
+    "read_data",
     "read_model",
     "refuse_null",
 ]
@@ -65,7 +66,7 @@ def fail(text: str, kind: str = "config") -> NoReturn:
 
 
 def kind_of(value: object) -> str:
-    """What a value is, in the words a problem uses (as `yamlcheck.kind` says of a node)."""
+    """What a value is, in the words a problem uses (as `yamlfile.read.kind` says of a node)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -294,6 +295,19 @@ def problems(error: ValidationError, marks: Marks) -> list[str]:
         found.append(((*marks.order.get(known, ()), _SELF), f"{where}: {d['msg']}"))
     found.sort(key=lambda item: item[0])
     return [text for _, text in found]
+
+
+def read_data(
+    text: str, source: str, environ: Mapping[str, str] | None = None
+) -> tuple[Any, Marks] | None:
+    """The file as plain data with `${env:...}` expanded, and where each key path is in it;
+    None for an empty document. For a file whose data is merged with more (flags, the
+    environment) before its model checks it; `read_model` for one checked as it is."""
+    root = compose(text, source)
+    if root is None:
+        return None
+    reader = _Reader(environ)
+    return reader.value(root, (), ()), reader.marks
 
 
 def read_model(

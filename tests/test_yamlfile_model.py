@@ -9,7 +9,7 @@ import pytest
 from pydantic import BeforeValidator, Field
 
 from attest_otel.errors import PolicyError
-from attest_otel.yamlmodel import FileModel, Loc, expect, key_path, read_model
+from attest_otel.yamlfile.model import FileModel, Loc, expect, key_path, read_model
 
 
 class Inner(FileModel):
