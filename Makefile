@@ -7,6 +7,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
+# The wire core (rust/attest_wire, a uv workspace member) is built by maturin with cargo; its
+# build cache stays out of the repository, shared by every checkout on the machine.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/attest-otel/cargo-target
+WIRE_SRC := rust/attest_wire/pyproject.toml rust/attest_wire/Cargo.toml rust/attest_wire/Cargo.lock $(wildcard rust/attest_wire/src/*.rs) rust/attest_wire/attest_otel_wire.pyi
 # Bytecode at install time: this environment sets PYTHONDONTWRITEBYTECODE, so nothing caches later.
 export UV_COMPILE_BYTECODE := 1
 
@@ -16,7 +20,7 @@ $(UV):
 	$(PY) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(VENV)/.synced: uv.lock pyproject.toml hatch_build.py tools/gen_proto.py $(wildcard proto/attest_otel/v1/*.proto) | $(UV)
+$(VENV)/.synced: uv.lock pyproject.toml hatch_build.py tools/gen_proto.py $(wildcard proto/attest_otel/v1/*.proto) $(WIRE_SRC) | $(UV)
 	$(UV) sync --frozen --python $(PY)
 	touch $@
 
@@ -61,7 +65,7 @@ test-phoenix: setup $(PHOENIX_VENV)/.synced
 # bytecode compiled ahead (a first `make demo` is about installing, not the toolchain).
 DEMO_VENV := .venv-demo
 
-$(DEMO_VENV)/.synced: uv.lock pyproject.toml hatch_build.py tools/gen_proto.py $(wildcard proto/attest_otel/v1/*.proto) | $(UV)
+$(DEMO_VENV)/.synced: uv.lock pyproject.toml hatch_build.py tools/gen_proto.py $(wildcard proto/attest_otel/v1/*.proto) $(WIRE_SRC) | $(UV)
 	UV_PROJECT_ENVIRONMENT=$(DEMO_VENV) UV_COMPILE_BYTECODE=0 $(UV) sync --frozen --no-dev --python $(PY)
 	touch $@
 

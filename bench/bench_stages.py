@@ -160,7 +160,7 @@ def _plain_accept(rounds: int) -> tuple[float, float]:
         for data in agent:
             path.accept(data)
         if not whole:
-            path.plain = lambda data: None  # type: ignore[method-assign]
+            path.plain = lambda data, scanned: None  # type: ignore[method-assign]
         start = time.perf_counter()
         for data in plain:
             path.accept(data)

@@ -7,6 +7,9 @@ set -eu
 prefix="$1"
 tools="$(mktemp -d)"
 trap 'rm -rf "$tools"' EXIT
+# The wire core is compiled by cargo (maturin): its build cache outside the tree, as `make`.
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${HOME:-/tmp}/.cache/attest-otel/cargo-target}"
+export CARGO_TARGET_DIR
 python3 -m venv "$tools"
 "$tools/bin/pip" install --quiet --disable-pip-version-check uv==0.13.9
 UV_PROJECT_ENVIRONMENT="$prefix" UV_PYTHON_DOWNLOADS=never UV_COMPILE_BYTECODE=1 \

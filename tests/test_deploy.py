@@ -161,6 +161,8 @@ def test_the_image_runs_as_non_root_with_a_health_check_on_readyz() -> None:
     assert "/readyz" in check
 
 
+# The install step compiles the wire core (cargo, through maturin): minutes on a cold cache.
+@pytest.mark.timeout(900)
 def test_the_dockerfiles_install_step_works_in_a_plain_venv_and_its_health_check_passes(
     tmp_path: Path,
 ) -> None:

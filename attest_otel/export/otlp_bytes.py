@@ -19,6 +19,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 
+from attest_otel_wire import encode_varint
+
 from attest_otel.export.results import AttrValue
 
 __all__ = ["fixed64", "key_value", "key_values", "length_delimited", "varint"]
@@ -29,16 +31,9 @@ _cache: dict[tuple[int, str, type, AttrValue], bytes] = {}
 
 
 def varint(value: int) -> bytes:
-    """Base-128 varint; a negative int64 as its two's complement (10 bytes)."""
-    value &= _U64
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    """Base-128 varint (the wire core's); a negative int64 as its two's complement (10
+    bytes)."""
+    return encode_varint(value & _U64)
 
 
 def length_delimited(tag: int, payload: bytes) -> bytes:

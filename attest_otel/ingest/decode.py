@@ -39,6 +39,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
+from attest_otel_wire import WireError, read_varint
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -626,16 +627,12 @@ def _protobuf_problem(data: bytes, sniffed: bool, error: Exception | None = None
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """(value, next position), or (-1, -1) if the varint runs off the end."""
-    result = shift = 0
-    while pos < len(data) and shift < 70:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-    return -1, -1
+    """(value, next position), or (-1, -1) if the varint runs off the end (the wire core's
+    reader)."""
+    try:
+        return read_varint(data, pos)
+    except WireError:
+        return -1, -1
 
 
 def _text_hint(data: bytes) -> str:

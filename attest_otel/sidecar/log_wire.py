@@ -22,7 +22,8 @@ import re
 from collections.abc import Iterable
 
 from attest_otel.sidecar import wire
-from attest_otel.sidecar.wire import ScopeGroup, WireError, _fields, split_request
+from attest_otel.sidecar.wire import ScopeGroup, WireError, split_request
+from attest_otel.sidecar.wire import fields as _fields
 
 __all__ = [
     "LOGS",

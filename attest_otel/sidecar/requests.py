@@ -21,10 +21,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-)
-
 from attest_otel.sidecar import wire
 from attest_otel.sidecar.buffer import HeldTrace, TraceBuffer
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
@@ -38,10 +34,9 @@ from attest_otel.sidecar.wire import (
     DeclaredMarks,
     ScopeGroup,
     WireError,
-    check_message,
+    check_traces,
     encode_groups,
     is_genai_name,
-    plain_request,
     split_request,
 )
 
@@ -212,7 +207,7 @@ class RequestPath:
             return Outcome("closing", "the sidecar is shutting down; retry", self.retry_after_s)
         if not data:
             return OK
-        problem = check_message(data, ExportTraceServiceRequest)
+        problem, scanned = check_traces(data)
         if problem is not None:
             self.stats.reject("malformed")
             return Outcome("malformed", f"not a valid OTLP ExportTraceServiceRequest: {problem}")
@@ -220,7 +215,7 @@ class RequestPath:
             return OK  # routed already, from the buffer dir's replay (wal.py)
         groups: list[ScopeGroup] | None = None
         try:
-            plain = self.plain(data)
+            plain = self.plain(data, scanned)
             if plain is None:
                 # Refused before it is cut up: under a burst most refusals land here.
                 if not self.grading_has_room():
@@ -265,22 +260,20 @@ class RequestPath:
             self.route(data, groups, spans, record)
         return OK
 
-    def plain(self, data: bytes) -> int | None:
+    def plain(self, data: bytes, scanned: tuple[int, set[bytes]] | None) -> int | None:
         """The span count of a request that holds no GenAI span and no span of a held or
         recently graded trace (forwarded as it came, without cutting it into spans); None
-        for any other. Raises `WireError` on broken framing.
+        for any other.
 
         Under mixed load most requests are plain: cutting them up (`split_request`) and
-        routing span by span costs about 3 us a span, this test about a third of that. The
-        tests are `classify`'s, on the whole request: no GenAI attribute key anywhere in the
-        bytes, then per scope and span name; a policy's declared dialects take the full path.
+        routing span by span costs about 3 us a span. The tests are `classify`'s, on the
+        whole request, noted by the validation walk (`wire.check_traces`, which gives
+        `scanned`: the spans and trace ids, None when a scope, name or attribute key is
+        GenAI); a policy's declared dialects take the full path.
         """
-        if self.declared is not None or wire.GENAI_KEY_BYTES.search(data) is not None:
+        if self.declared is not None or scanned is None:
             return None
-        found = plain_request(data)
-        if found is None:
-            return None
-        spans, trace_ids = found
+        spans, trace_ids = scanned
         return spans if self.buffer.none_known(trace_ids) else None
 
     def pass_whole(self, data: bytes, spans: int, record: int | None) -> None:

@@ -8,13 +8,7 @@ from typing import Any
 
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
-from attest_otel.sidecar import wire
-from attest_otel.sidecar.wire import (
-    WireError,
-    is_genai_name,
-    span_links,
-    split_request,
-)
+from attest_otel.sidecar.wire import WireError, span_shapes
 
 __all__ = ["SpanFacts", "read_shape", "service_name", "waiting_fragments"]
 
@@ -47,19 +41,12 @@ def service_name(resource_fields: bytes) -> str:
 
 def read_shape(chunk: bytes) -> list[SpanFacts]:
     """Each span of a request (a held trace's new bytes): its ids and whether it looks GenAI,
-    by the same byte tests the request path classifies traces with. No decoding."""
+    by the same byte tests the request path classifies traces with. No decoding: one walk
+    of the wire core (`wire.span_shapes`)."""
     try:
-        groups = split_request(chunk)
+        return [SpanFacts(*facts) for facts in span_shapes(chunk)]
     except WireError:
         return []
-    out: list[SpanFacts] = []
-    for group in groups:
-        scope = group.is_genai_scope()
-        for _trace_id, name, record in group.spans:
-            span_id, parent_id = span_links(record)
-            genai = scope or is_genai_name(name) or wire.GENAI_KEY_BYTES.search(record) is not None
-            out.append(SpanFacts(span_id, parent_id, genai, record))
-    return out
 
 
 def waiting_fragments(trace: Any) -> int:

@@ -10,39 +10,21 @@ a regrade read the run with its content, as the sidecar did.
 
 from __future__ import annotations
 
+from attest_otel_wire import WireError, encode_varint, read_varint
+
 __all__ = ["LOGS_FIELD", "split", "with_logs"]
 
 LOGS_FIELD = 1000
 
 
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_TAG = varint((LOGS_FIELD << 3) | 2)
+_TAG = encode_varint((LOGS_FIELD << 3) | 2)
 
 
 def with_logs(spans: bytes, logs: bytes) -> bytes:
     """The bytes to store for a trace: its spans, then its log records (if any)."""
     if not logs:
         return spans
-    return spans + _TAG + varint(len(logs)) + logs
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
+    return spans + _TAG + encode_varint(len(logs)) + logs
 
 
 def split(data: bytes) -> tuple[bytes, bytes]:
@@ -57,10 +39,10 @@ def split(data: bytes) -> tuple[bytes, bytes]:
     try:
         while pos < end:
             start = pos
-            tag, pos = _varint(data, pos)
+            tag, pos = read_varint(data, pos)
             if tag & 7 != 2:
                 return data, b""
-            length, pos = _varint(data, pos)
+            length, pos = read_varint(data, pos)
             if pos + length > end:
                 return data, b""
             if tag >> 3 == LOGS_FIELD:
@@ -68,6 +50,6 @@ def split(data: bytes) -> tuple[bytes, bytes]:
             else:
                 spans.append(data[start : pos + length])
             pos += length
-    except IndexError:
+    except WireError:
         return data, b""
     return b"".join(spans), b"".join(logs)
