@@ -12,9 +12,10 @@ On start, `open()` returns the records of earlier segments that were never marke
 the service routes them again as if they had just arrived. A `kill -9` therefore loses
 no acknowledged span. A request on disk whose "OK" the kill cut off is replayed and also
 sent again by its sender: `replayed_copy` knows that retry by its bytes, and the receiver
-answers "OK" without routing it twice (docs/peers.md, "The fleet"). A span forwarded but
-not yet marked done (between the next hop's answer and the mark) is still sent twice,
-which OTLP accepts ("duplicates on retry are an accepted trade-off").
+answers "OK" without routing it twice (docs/peers.md, "The fleet: exactly once after a
+`kill -9`"). A span forwarded but not yet marked done (between the next hop's answer and the
+mark) is still sent twice, which OTLP accepts ("duplicates on retry are an accepted
+trade-off").
 
 Record layout: `<u32 length><u32 crc32><u64 record id>` then the bytes. A torn last record
 (crash mid-write, before its fsync, so never acknowledged) fails its length or CRC; replay
