@@ -360,21 +360,29 @@ def _utf8(data: bytes, source: str) -> str:
 def _decode_json(text: str, source: str, out: Decoded, lazy: bool) -> None:
     mend = may_hold_lone_surrogates(text)
     for line, document in _json_documents(text, source):
-        if mend:
-            document, mended = mend_surrogates(document)
-            if mended:
-                out.invalid_unicode += mended
-                logger.warning(
-                    "%s%s: %d strings held unpaired UTF-16 surrogates, replaced by U+FFFD",
-                    source,
-                    "" if line is None else f":{line}",
-                    mended,
-                )
-        if type(document) is list:
-            for item in document:
-                _json_request(item, source, line, out, lazy)
-        else:
-            _json_request(document, source, line, out, lazy)
+        json_document(document, mend, source, line, out, lazy)
+
+
+def json_document(
+    document: Any, mend: bool, source: str, line: int | None, out: Decoded, lazy: bool
+) -> None:
+    """One parsed OTLP/JSON document (a request, or a list of them) into `out`; `mend` when
+    its text may hold lone surrogates (`sanitize`), which become U+FFFD and are counted."""
+    if mend:
+        document, mended = mend_surrogates(document)
+        if mended:
+            out.invalid_unicode += mended
+            logger.warning(
+                "%s%s: %d strings held unpaired UTF-16 surrogates, replaced by U+FFFD",
+                source,
+                "" if line is None else f":{line}",
+                mended,
+            )
+    if type(document) is list:
+        for item in document:
+            _json_request(item, source, line, out, lazy)
+    else:
+        _json_request(document, source, line, out, lazy)
 
 
 def _json_documents(text: str, source: str) -> Iterator[tuple[int | None, Any]]:

@@ -48,7 +48,6 @@ from attest_otel.ingest.gzip import GZIP_MAGIC, InflatesTooFar
 from attest_otel.ingest.sanitize import (
     json_problem,
     may_hold_lone_surrogates,
-    mend_surrogates,
     truncate_decoded,
 )
 from attest_otel.model import LogRecord, Span
@@ -227,21 +226,7 @@ def _json_request(
     document: Any, text: str, source: str, line: int | None, lazy: bool, cut: _Cut
 ) -> Decoded:
     out = Decoded()
-    if may_hold_lone_surrogates(text):
-        document, mended = mend_surrogates(document)
-        if mended:
-            out.invalid_unicode += mended
-            logger.warning(
-                "%s%s: %d strings held unpaired UTF-16 surrogates, replaced by U+FFFD",
-                source,
-                "" if line is None else f":{line}",
-                mended,
-            )
-    if type(document) is list:
-        for item in document:
-            decode._json_request(item, source, line, out, lazy)
-    else:
-        decode._json_request(document, source, line, out, lazy)
+    decode.json_document(document, may_hold_lone_surrogates(text), source, line, out, lazy)
     cut(out, len(text))
     return out
 
