@@ -10,10 +10,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from attest_otel.adapt import Role, detect, registry
-from attest_otel.export.otlp_bytes import varint as encode_varint
 from attest_otel.ingest.decode import decode_request
 from attest_otel.sidecar.buffer import HeldTrace, SpanFacts
-from attest_otel.sidecar.wire import Substrings
+from attest_otel.sidecar.wire import Substrings, field_bytes
 
 log = logging.getLogger(__name__)
 
@@ -24,27 +23,23 @@ GenAI's `gen_ai.operation.name: invoke_agent`; `agent_span_names`, e.g. pydantic
 `agent run`), as it is encoded: the exact key and string value, or the exact span name, so
 a match is an agent span unless another dialect decides the span (`DECIDED_MARKS`). Other
 conventions are found by decoding (`agent_probe`); the two answers agree on the fixtures
-(tests/sidecar). Plain substrings: `in` runs memchr-fast, while an alternation has no common
-first byte and `re` tries it at every position (9 us a 1.6 KB span, the receiving process's
-largest cost per GenAI span)."""
+(tests/sidecar). Plain substrings for the core's search (`_agent_in`): an alternation has no
+common first byte and `re` tried it at every position (9 us a 1.6 KB span, the receiving
+process's largest cost per GenAI span)."""
 DECIDED_MARKS: tuple[bytes, ...] = ()
 """Attribute keys (`DialectSpec.role_keys`) that let another dialect decide a span, as
 encoded (key field, then the value's tag): a span showing one is not an agent span by
 `AGENT_MARKS`, and a chunk of only such spans is decoded."""
 
 
-def _field(tag: int, payload: bytes) -> bytes:
-    return bytes((tag,)) + encode_varint(len(payload)) + payload
-
-
 def agent_marks(attributes: Iterable[tuple[str, str]], span_names: Iterable[str]) -> list[bytes]:
     """The encodings `AGENT_MARKS` holds: a `KeyValue` (key field 1, then an `AnyValue`
     whose string field 1 is the value) and a span name (`Span.name`, field 5)."""
     out = [
-        _field(0x0A, key.encode()) + _field(0x12, _field(0x0A, value.encode()))
+        field_bytes(0x0A, key.encode()) + field_bytes(0x12, field_bytes(0x0A, value.encode()))
         for key, value in attributes
     ]
-    out.extend(_field(0x2A, name.encode()) for name in span_names)
+    out.extend(field_bytes(0x2A, name.encode()) for name in span_names)
     return out
 
 
@@ -59,7 +54,7 @@ def _rebuild() -> None:
     global AGENT_MARKS, DECIDED_MARKS, _agent_in, _decided_in
     m = registry.markers()
     AGENT_MARKS = tuple(agent_marks(m.agent_attributes, m.agent_span_names))
-    DECIDED_MARKS = tuple(_field(0x0A, key.encode()) + b"\x12" for key in m.role_keys)
+    DECIDED_MARKS = tuple(field_bytes(0x0A, key.encode()) + b"\x12" for key in m.role_keys)
     _agent_in = Substrings(AGENT_MARKS).any_in
     _decided_in = Substrings(DECIDED_MARKS).any_in
 
