@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from attest_otel.adapt import Role, detect, registry
 from attest_otel.ingest.decode import decode_request
@@ -32,14 +34,24 @@ encoded (key field, then the value's tag): a span showing one is not an agent sp
 `AGENT_MARKS`, and a chunk of only such spans is decoded."""
 
 
+def _tag(message: type, field: str) -> int:
+    """The tag byte of a length-delimited field, its number read from the OTLP protos."""
+    number: int = message.DESCRIPTOR.fields_by_name[field].number  # type: ignore[attr-defined]
+    return number << 3 | 2
+
+
+_KEY, _VALUE = _tag(KeyValue, "key"), _tag(KeyValue, "value")
+_STRING, _NAME = _tag(AnyValue, "string_value"), _tag(Span, "name")
+
+
 def agent_marks(attributes: Iterable[tuple[str, str]], span_names: Iterable[str]) -> list[bytes]:
     """The encodings `AGENT_MARKS` holds: a `KeyValue` (key field 1, then an `AnyValue`
     whose string field 1 is the value) and a span name (`Span.name`, field 5)."""
     out = [
-        field_bytes(0x0A, key.encode()) + field_bytes(0x12, field_bytes(0x0A, value.encode()))
+        field_bytes(_KEY, key.encode()) + field_bytes(_VALUE, field_bytes(_STRING, value.encode()))
         for key, value in attributes
     ]
-    out.extend(field_bytes(0x2A, name.encode()) for name in span_names)
+    out.extend(field_bytes(_NAME, name.encode()) for name in span_names)
     return out
 
 
@@ -54,7 +66,7 @@ def _rebuild() -> None:
     global AGENT_MARKS, DECIDED_MARKS, _agent_in, _decided_in
     m = registry.markers()
     AGENT_MARKS = tuple(agent_marks(m.agent_attributes, m.agent_span_names))
-    DECIDED_MARKS = tuple(field_bytes(0x0A, key.encode()) + b"\x12" for key in m.role_keys)
+    DECIDED_MARKS = tuple(field_bytes(_KEY, key.encode()) + bytes((_VALUE,)) for key in m.role_keys)
     _agent_in = Substrings(AGENT_MARKS).any_in
     _decided_in = Substrings(DECIDED_MARKS).any_in
 
