@@ -170,6 +170,16 @@ def test_a_dialect_declared_in_one_module_is_decoded_detected_held_probed_and_hi
     assert probe.agent_probe(held, data, True, shape) == {AGENT}
     assert wire.EVENT_PREFIXES and any(p == b"toy." for p in wire.EVENT_PREFIXES)
     assert any(b"toy." in m for m in probe.AGENT_MARKS)
+    # ... and by its exact scope alone, in the wire core's one-walk plain test as well
+    lone = ExportTraceServiceRequest()
+    scope_spans = lone.resource_spans.add().scope_spans.add()
+    scope_spans.scope.name = "toy.tracer"
+    step = scope_spans.spans.add(trace_id=TRACE, span_id=AGENT, name="step")
+    assert not step.attributes
+    lone_data = lone.SerializeToString()
+    assert wire.check_traces(lone_data) == (None, None)
+    assert wire.plain_request(lone_data) is None
+    assert [f.genai for f in read_shape(lone_data)] == [True]
 
     # the Collector's routing file would send it to the sidecar
     routing = _routing()
