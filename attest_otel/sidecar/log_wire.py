@@ -23,7 +23,6 @@ from collections.abc import Iterable
 
 from attest_otel.sidecar import wire
 from attest_otel.sidecar.wire import ScopeGroup, WireError, split_request
-from attest_otel.sidecar.wire import fields as _fields
 
 __all__ = [
     "LOGS",
@@ -58,57 +57,17 @@ def untag(record: bytes) -> tuple[str, bytes]:
     return (TRACES, record) if signal is None else (signal, record[2:])
 
 
-def _record_head(data: bytes, start: int, end: int) -> tuple[bytes, bytes, bytes]:
-    """(trace id, span id, event name) of the LogRecord encoded in data[start:end]."""
-    trace_id = span_id = event = b""
-    for number, wire_type, _tag, vstart, vend in _fields(data, start, end):
-        if wire_type != 2:
-            continue
-        if number == 9:
-            trace_id = data[vstart:vend]
-        elif number == 10:
-            span_id = data[vstart:vend]
-        elif number == 12:
-            event = data[vstart:vend]
-    return trace_id, span_id, event
-
-
 def split_logs(data: bytes) -> list[tuple[ScopeGroup, list[tuple[bytes, bytes]]]]:
     """Every ScopeLogs of a logs request as a `ScopeGroup` whose `spans` are its log
     records ((trace id, event name, record) with the record's tag and length), and beside
-    it each record's (span id, event name). Raises `WireError` on broken framing."""
-    try:
-        return _split_logs(data)
-    except IndexError:
-        raise WireError("truncated protobuf") from None
+    it each record's (span id, event name). Raises `WireError` on broken framing.
 
-
-def _split_logs(data: bytes) -> list[tuple[ScopeGroup, list[tuple[bytes, bytes]]]]:
+    The cut is the wire core's (`wire.split_log_records`), the walk `split_request`
+    runs for traces: this ran once per log record in Python."""
     out: list[tuple[ScopeGroup, list[tuple[bytes, bytes]]]] = []
-    for number, wire_type, _t, rl_start, rl_end in _fields(data, 0, len(data)):
-        if number != 1 or wire_type != 2:
-            continue
-        resource_parts: list[bytes] = []
-        scopes: list[tuple[int, int]] = []
-        for n, wt, tstart, vstart, vend in _fields(data, rl_start, rl_end):
-            if n == 2 and wt == 2:
-                scopes.append((vstart, vend))
-            else:
-                resource_parts.append(data[tstart:vend])
-        resource = b"".join(resource_parts)
-        for sl_start, sl_end in scopes:
-            scope_parts: list[bytes] = []
-            group = ScopeGroup(resource, b"")
-            heads: list[tuple[bytes, bytes]] = []
-            for n, wt, tstart, vstart, vend in _fields(data, sl_start, sl_end):
-                if n == 2 and wt == 2:
-                    trace_id, span_id, event = _record_head(data, vstart, vend)
-                    group.spans.append((trace_id, event, data[tstart:vend]))
-                    heads.append((span_id, event))
-                else:
-                    scope_parts.append(data[tstart:vend])
-            group.scope_fields = b"".join(scope_parts)
-            out.append((group, heads))
+    for resource, scope, records in wire.split_log_records(data):
+        group = ScopeGroup(resource, scope, [(t, e, r) for t, e, r, _s in records])
+        out.append((group, [(s, e) for _t, e, _r, s in records]))
     return out
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "plain_request",
     "span_links",
     "span_shapes",
+    "split_log_records",
     "split_request",
     "split_to_size",
 ]
@@ -77,6 +78,10 @@ span_trace_id = _core.span_trace_id
 """The raw trace id of the span encoded in data[start:end] (b"" when it has none)."""
 encode_spans = _core.encode_spans
 """One ResourceSpans record (tag included) holding `spans` under the given origin."""
+split_log_records = _core.split_logs
+"""[(resource fields, scope fields, [(trace id, event name, log record, span id)])] of each
+ScopeLogs of a logs request: the cut of `split_request`, for `log_wire.split_logs`. Raises
+`WireError` when the framing is broken."""
 encode_groups = _core.encode_groups
 """A request from ((resource fields, scope fields), span records) pairs."""
 Substrings = _core.Substrings

@@ -23,6 +23,10 @@ const fn tag2(number: u32) -> u8 {
 pub const RESOURCE_SPANS_TAG: u8 = tag2(num::EXPORT_TRACE_SERVICE_REQUEST_RESOURCE_SPANS);
 pub const SCOPE_SPANS_TAG: u8 = tag2(num::RESOURCE_SPANS_SCOPE_SPANS);
 pub const SPAN_TAG: u8 = tag2(num::SCOPE_SPANS_SPANS);
+/// Spans of a ScopeSpans and log records of a ScopeLogs are both field 2 (`walk_scope`).
+const RECORDS_NUMBER: u64 = num::SCOPE_SPANS_SPANS as u64;
+const _: () = assert!(num::SCOPE_LOGS_LOG_RECORDS == num::SCOPE_SPANS_SPANS);
+const _: () = assert!(num::RESOURCE_LOGS_SCOPE_LOGS == num::RESOURCE_SPANS_SCOPE_SPANS);
 const TRACE_ID_TAG: u8 = tag2(num::SPAN_TRACE_ID);
 const SPAN_ID_TAG: u8 = tag2(num::SPAN_SPAN_ID);
 const TRACE_STATE_TAG: u8 = tag2(num::SPAN_TRACE_STATE);
@@ -102,6 +106,9 @@ impl<'a> Fields<'a> {
                     return Err(WireErr("field runs past the end of its message".into()));
                 }
             }
+            // An unknown group, which protobuf keeps: skipped whole, end-group tag included.
+            3 => value_end = skip_group(data, pos, end, number)?,
+            4 => return Err(WireErr(format!("end-group tag without its group at byte {start}"))),
             _ => return Err(WireErr(format!("unsupported wire type {wire_type}"))),
         }
         self.pos = value_end;
@@ -126,6 +133,51 @@ impl<'a> Iterator for Fields<'a> {
         self.failed = r.is_err();
         Some(r)
     }
+}
+
+/// Where the group of field `number` whose fields start at `pos` ends (after its end-group
+/// tag). upb's rules (check.rs): inside a group field numbers are not looked at, nested
+/// groups must close in order. A stack, not recursion: the cut also reads unchecked bytes.
+fn skip_group(data: &[u8], mut pos: usize, end: usize, number: u64) -> Result<usize, WireErr> {
+    let mut open = vec![number];
+    while let Some(&inner) = open.last() {
+        if pos >= end {
+            return Err(WireErr(format!("group {inner} not closed")));
+        }
+        let start = pos;
+        let (tag, p) = read_varint(data, pos, end)?;
+        pos = p;
+        let n = tag >> 3;
+        match tag & 7 {
+            0 => pos = read_varint(data, pos, end)?.1,
+            1 | 5 => {
+                pos += if tag & 7 == 1 { 8 } else { 4 };
+                if pos > end {
+                    return Err(WireErr("field runs past the end of its group".into()));
+                }
+            }
+            2 => {
+                let (length, p) = read_varint(data, pos, end)?;
+                if length > (end - p) as u64 {
+                    return Err(WireErr(format!(
+                        "field {n} at byte {start} runs past its group"
+                    )));
+                }
+                pos = p + length as usize;
+            }
+            3 => open.push(n),
+            4 if n == inner => {
+                open.pop();
+            }
+            4 => {
+                return Err(WireErr(format!(
+                    "end-group tag of field {n} inside group {inner} at byte {start}"
+                )))
+            }
+            w => return Err(WireErr(format!("unsupported wire type {w}"))),
+        }
+    }
+    Ok(pos)
 }
 
 fn span_head_slow(data: &[u8], start: usize, end: usize) -> Result<(Range, Range), WireErr> {
@@ -238,17 +290,21 @@ pub struct SpanCut {
     pub name: Range,
 }
 
-pub struct ScopeCut {
-    /// Every field of the ScopeSpans but its spans, in order (scope, schema_url, others).
+pub struct ScopeCutOf<R> {
+    /// Every field of the ScopeSpans (ScopeLogs) but its records, in order (scope,
+    /// schema_url, others).
     pub scope_parts: Vec<Range>,
-    pub spans: Vec<SpanCut>,
+    pub spans: Vec<R>,
 }
 
-pub struct ResourceCut {
-    /// Every field of the ResourceSpans but its ScopeSpans, in order.
+pub struct ResourceCutOf<R> {
+    /// Every field of the ResourceSpans (ResourceLogs) but its scopes, in order.
     pub resource_parts: Vec<Range>,
-    pub scopes: Vec<ScopeCut>,
+    pub scopes: Vec<ScopeCutOf<R>>,
 }
+
+pub type ScopeCut = ScopeCutOf<SpanCut>;
+pub type ResourceCut = ResourceCutOf<SpanCut>;
 
 /// The span record at `pos` (a one-byte field-2 tag there): (value start, value end).
 #[inline]
@@ -295,6 +351,13 @@ fn walk_scope(
             pos = vend;
         } else {
             let f = fields(data, pos, end).next().expect("pos < end")?;
+            if f.number == RECORDS_NUMBER && f.wire_type == 2 {
+                // A record whose tag is a longer varint than an encoder writes: valid, but
+                // a record here starts with its one-byte tag (`span_links`, re-framing).
+                return Err(WireErr(format!(
+                    "record at byte {pos} has an overlong tag (not re-framed)"
+                )));
+            }
             scope_parts.push((f.tag_start, f.end));
             pos = f.end;
         }
@@ -304,6 +367,22 @@ fn walk_scope(
 
 /// Every ResourceSpans of a request cut into its parts.
 pub fn split(data: &[u8]) -> Result<Vec<ResourceCut>, WireErr> {
+    split_with(data, |record, vstart, vend| {
+        let (trace_id, name) = span_head(data, vstart, vend)?;
+        Ok(SpanCut {
+            record,
+            trace_id,
+            name,
+        })
+    })
+}
+
+/// The cut both signals share; `record(record range, value start, value end)` reads a
+/// record's head.
+pub(crate) fn split_with<R>(
+    data: &[u8],
+    mut record: impl FnMut(Range, usize, usize) -> Result<R, WireErr>,
+) -> Result<Vec<ResourceCutOf<R>>, WireErr> {
     let mut out = Vec::new();
     for rs in fields(data, 0, data.len()) {
         let rs = rs?;
@@ -324,18 +403,13 @@ pub fn split(data: &[u8]) -> Result<Vec<ResourceCut>, WireErr> {
         for (ss_start, ss_end) in scope_ranges {
             let mut spans = Vec::new();
             let scope_parts = walk_scope(data, ss_start, ss_end, |rec, vstart, vend| {
-                let (trace_id, name) = span_head(data, vstart, vend)?;
-                spans.push(SpanCut {
-                    record: (rec, vend),
-                    trace_id,
-                    name,
-                });
+                spans.push(record((rec, vend), vstart, vend)?);
                 Ok(true)
             })?
             .unwrap_or_default();
-            scopes.push(ScopeCut { scope_parts, spans });
+            scopes.push(ScopeCutOf { scope_parts, spans });
         }
-        out.push(ResourceCut {
+        out.push(ResourceCutOf {
             resource_parts,
             scopes,
         });

@@ -14,6 +14,7 @@ pub mod check;
 pub mod cut;
 #[rustfmt::skip]
 pub mod fields;
+pub mod logs;
 pub mod probe;
 pub mod schema;
 pub mod varint;
@@ -93,6 +94,31 @@ fn split<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, 
                 spans.append(t)?;
             }
             out.append((resource.clone(), scope, spans))?;
+        }
+    }
+    Ok(out)
+}
+
+/// [(resource fields, scope fields, [(trace id, event name, log record, span id)])] of every
+/// ScopeLogs of a logs request, as `split` cuts a traces request.
+#[pyfunction]
+fn split_logs<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    let data = bytes_of(data)?;
+    let cuts = logs::split_logs(&data).map_err(wire_err)?;
+    let out = PyList::empty(py);
+    for rc in cuts {
+        let resource = PyBytes::new(py, &join(&data, &rc.resource_parts));
+        for sc in rc.scopes {
+            let scope = PyBytes::new(py, &join(&data, &sc.scope_parts));
+            let records = PyList::empty(py);
+            for r in sc.spans {
+                let t = PyTuple::new(
+                    py,
+                    [r.trace_id, r.event_name, r.record, r.span_id].map(|x| slice(py, &data, x)),
+                )?;
+                records.append(t)?;
+            }
+            out.append((resource.clone(), scope, records))?;
         }
     }
     Ok(out)
@@ -549,6 +575,7 @@ fn attest_otel_wire(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Substrings>()?;
     m.add_function(wrap_pyfunction!(check_message, m)?)?;
     m.add_function(wrap_pyfunction!(split, m)?)?;
+    m.add_function(wrap_pyfunction!(split_logs, m)?)?;
     m.add_function(wrap_pyfunction!(span_links, m)?)?;
     m.add_function(wrap_pyfunction!(span_trace_id, m)?)?;
     m.add_function(wrap_pyfunction!(scope_name, m)?)?;
