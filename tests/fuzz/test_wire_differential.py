@@ -109,6 +109,12 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
+def padded(value: int, size: int) -> bytes:
+    """`value`'s varint written in `size` bytes (continuation bits on zero digits)."""
+    digits = [(value >> (7 * i)) & 0x7F for i in range(size)]
+    return bytes(d | 0x80 for d in digits[:-1]) + bytes(digits[-1:])
+
+
 def tag(number: int, wire_type: int) -> bytes:
     return varint((number << 3) | wire_type)
 
@@ -140,6 +146,8 @@ def _field(children: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
         st.builds(ld, numbers, children),
         st.builds(lambda n, inner: tag(n, 3) + inner + tag(n, 4), numbers, children),
         st.builds(lambda n, w: tag(n, w), numbers, st.sampled_from((3, 4, 6, 7))),
+        st.builds(lambda n, k: padded(n << 3, k) + b"\x01", numbers, st.integers(4, 7)),
+        st.builds(lambda n, k: tag(n, 2) + padded(1, k) + b"a", numbers, st.integers(4, 7)),
         st.sampled_from((b"\x00", b"\x0a\x05ab", b"\x88\x80\x80\x80\x80\x01\x00")),
     )
 
@@ -284,9 +292,11 @@ def assert_cut_like_the_parser(data: bytes, *, exact: bool) -> None:
     spans = [s for rs in parsed.resource_spans for ss in rs.scope_spans for s in ss.spans]
     try:
         groups = wire.split_request(data)
-    except wire.WireError:
-        assert not exact, "a generated request must cut"
-        return  # framing the cutter does not follow (a group): refused, never acknowledged
+    except wire.WireError as e:
+        # The one framing the cutter does not re-frame: a span whose tag is padded to more
+        # bytes than an encoder writes. The request is refused, never acknowledged.
+        assert not exact and "overlong tag" in str(e), str(e)
+        return
     cut = [ref for g in groups for ref in g.spans]
     assert len(cut) == len(spans)
     for (trace_id, name, record), span in zip(cut, spans, strict=True):
@@ -429,6 +439,18 @@ def seeds() -> dict[str, bytes]:
         ),
         "tag_above_32_bits.pb": b"\x88\x80\x80\x80\x80\x01\x00",
         "tag_of_5_bytes.pb": b"\x88\x80\x80\x80\x10",
+        # upb reads tags and lengths as 32-bit varints: a padded one of 6 bytes is refused
+        # (the core took up to 10 and acknowledged what the next hop refuses).
+        "tag_padded_to_6_bytes.pb": padded(1 << 3 | 2, 6) + b"\x00",
+        "tag_padded_in_a_group.pb": ld(
+            1, ld(2, ld(2, span + tag(21, 3) + padded(20 << 3, 10) + b"\x01" + tag(21, 4)))
+        ),
+        "length_padded_to_6_bytes.pb": ld(
+            1, ld(2, ld(2, span + tag(20, 2) + padded(2, 6) + b"ab"))
+        ),
+        "length_padded_to_5_bytes.pb": ld(
+            1, ld(2, ld(2, span + tag(20, 2) + padded(2, 5) + b"ab"))
+        ),
         "varint_10_bytes.pb": ld(1, ld(2, ld(2, span + tag(7, 0) + b"\xff" * 9 + b"\x7f"))),
         "varint_11_bytes.pb": ld(1, ld(2, ld(2, span + tag(7, 0) + b"\xff" * 10 + b"\x01"))),
         "length_2_31.pb": tag(1, 2) + varint(2**31 - 1),

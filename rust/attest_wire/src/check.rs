@@ -3,11 +3,12 @@
 //! built. The verdict must equal `Message.FromString`'s on the same bytes, which
 //! tests/fuzz/test_wire_differential.py checks. upb's rules, as followed here:
 //!
-//! - tags are varints of at most 10 bytes with a value below 2^32, field number not 0 (but
+//! - tags are varints of at most 5 bytes with a value below 2^32, field number not 0 (but
 //!   inside an unknown group, where upb does not look), wire types 0-5 (6 and 7 are errors);
 //! - a known field whose wire type does not fit its type is kept as an unknown field; a
 //!   repeated scalar may come packed (length-delimited), whose contents must divide evenly;
-//! - a length is below 2^31 - 1 and inside its message; a proto3 `string` holds UTF-8;
+//! - a length is a varint of at most 5 bytes, below 2^31 - 1 and inside its message; a
+//!   proto3 `string` holds UTF-8;
 //! - messages nest at most 100 deep below the root, counting groups (kept as unknown
 //!   fields), and a group ends with the end-group tag of its own number.
 
@@ -18,6 +19,10 @@ use crate::varint;
 
 /// upb's default depth limit, which Python's protobuf uses.
 pub const MAX_DEPTH: i32 = 100;
+
+/// upb reads a tag or a length as a 32-bit varint: more bytes than that are refused even
+/// when the value is small (a padded encoding), though a value's varint may take ten.
+pub const MAX_TAG_OR_LENGTH_BYTES: usize = 5;
 
 pub struct Checker<'a, 's, 'p> {
     data: &'a [u8],
@@ -135,6 +140,9 @@ impl<'a, 's, 'p> Checker<'a, 's, 'p> {
     #[inline]
     fn length(&self, pos: usize, end: usize) -> Result<(usize, usize), String> {
         let (len, p) = self.varint(pos, end)?;
+        if p - pos > MAX_TAG_OR_LENGTH_BYTES {
+            return Err(corrupt("length longer than 5 bytes", pos));
+        }
         if len >= i32::MAX as u64 || len > (end - p) as u64 {
             return Err(corrupt("length past the end of its message", pos));
         }
@@ -173,6 +181,9 @@ impl<'a, 's, 'p> Checker<'a, 's, 'p> {
             let (tag, p) = self.varint(pos, end)?;
             if tag > u32::MAX as u64 {
                 return Err(corrupt("tag above 2^32", start));
+            }
+            if p - start > MAX_TAG_OR_LENGTH_BYTES {
+                return Err(corrupt("tag longer than 5 bytes", start));
             }
             let number = (tag >> 3) as u32;
             let wire_type = (tag & 7) as u8;
