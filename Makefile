@@ -14,7 +14,7 @@ WIRE_SRC := rust/attest_wire/pyproject.toml rust/attest_wire/Cargo.toml rust/att
 # Bytecode at install time: this environment sets PYTHONDONTWRITEBYTECODE, so nothing caches later.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup proto test test-deps test-phoenix lint check demo bench fixtures clean collector
+.PHONY: setup proto test test-deps rust-test fuzz-short test-phoenix lint check demo bench fixtures clean collector
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -42,8 +42,18 @@ lint: setup
 test-deps:
 	@bash tools/test-deps.sh
 
-test: setup lint test-deps
+test: setup lint test-deps rust-test fuzz-short
 	$(BIN)/pytest -q
+
+# The wire core's own tests (Rust: the varint, the validator's and the cut's edge cases).
+# Without `extension-module` (maturin turns it on) the test binary links libpython, as PyO3
+# documents for `cargo test`.
+rust-test:
+	cd rust/attest_wire && cargo test --locked --quiet
+
+# The wire core against prost for a few seconds (tools/fuzz.sh; FUZZ_SECONDS for longer).
+fuzz-short:
+	@bash tools/fuzz.sh
 
 # The Collector the shipped configs are written for (collector-config/builder-config.yaml):
 # ocb v0.161.0 builds it into the peer cache and says where.
