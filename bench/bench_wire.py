@@ -13,7 +13,9 @@ process (no WAL, a forwarder that only queues):
            trace's shape and release it (`TraceBuffer.tick`): us of CPU per GenAI span;
   plain    `accept` on requests with no GenAI span (the workload's HTTP/DB spans, 504 a
            request) while agent traces are held: us per plain span;
-  check    `check_message` alone on those plain requests (upb's parse in the baseline).
+  check    `check_message` alone on those plain requests (upb's parse in the baseline);
+  logs     `log_wire.split_logs`, the cut of a logs request, against its Python walk (commit
+           `LOGS_BASELINE`) on requests of 64 GenAI event records: us per log record.
 
 Figures: docs/measurements.md ("The wire core").
 """
@@ -36,12 +38,16 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 from bench_stages import _buffer, _NullForwarder  # noqa: E402
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (  # noqa: E402
+    ExportLogsServiceRequest,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
     ExportTraceServiceRequest,
 )
 from sidecar_workload import build_requests  # noqa: E402
 
 from attest_otel.sidecar import probe, wire  # noqa: E402
+from attest_otel.sidecar.log_wire import split_logs  # noqa: E402
 from attest_otel.sidecar.requests import RequestPath  # noqa: E402
 from attest_otel.sidecar.stats import SidecarStats  # noqa: E402
 
@@ -146,6 +152,52 @@ def plain_cpu(agent: list[bytes], plain: list[bytes], spans: int) -> float:
     return (time.process_time() - start) / (3 * spans) * 1e6
 
 
+LOGS_BASELINE = "b93dfdf"
+"""The last commit whose sidecar/log_wire.py cuts logs requests in Python."""
+
+
+def baseline_split_logs() -> Callable[[bytes], Any]:
+    source = subprocess.run(
+        ["git", "show", f"{LOGS_BASELINE}:attest_otel/sidecar/log_wire.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    module: dict[str, Any] = {"__name__": "baseline_log_wire"}
+    exec(compile(source, "baseline_log_wire.py", "exec"), module)
+    split: Callable[[bytes], Any] = module["split_logs"]
+    return split
+
+
+def log_requests(count: int) -> list[bytes]:
+    """Requests of 64 log records each, as a GenAI instrumentation emits its events."""
+    out = []
+    for r in range(count):
+        request = ExportLogsServiceRequest()
+        scope = request.resource_logs.add().scope_logs.add()
+        scope.scope.name = "opentelemetry.instrumentation.openai"
+        for i in range(64):
+            record = scope.log_records.add(
+                time_unix_nano=i,
+                trace_id=bytes([r % 256, i]) * 8,
+                span_id=bytes([i]) * 8,
+                event_name="gen_ai.user.message",
+            )
+            record.body.string_value = "x" * 200
+            record.attributes.add(key="gen_ai.system").value.string_value = "openai"
+        out.append(request.SerializeToString())
+    return out
+
+
+def logs_cpu(requests: list[bytes], split: Callable[[bytes], Any]) -> float:
+    start = time.process_time()
+    for _ in range(3):
+        for data in requests:
+            split(data)
+    return (time.process_time() - start) / (3 * 64 * len(requests)) * 1e6
+
+
 def check_cpu(plain: list[bytes], spans: int, check: Callable[..., Any]) -> float:
     start = time.process_time()
     for _ in range(3):
@@ -164,6 +216,8 @@ def main() -> None:
     plain_spans = sum(len(g.spans) for r in plain for g in wire.split_request(r))
     held = build_requests(2, 24, 1.0, seed=5)
     impls = {"python": baseline_wire(), "core": wire}
+    logs = log_requests(40)
+    splits = {"python": baseline_split_logs(), "core": split_logs}
     current = {k: v for k, v in vars(wire).items() if not k.startswith("__")}
     results: dict[str, dict[str, list[float]]] = {}
     for _ in range(args.rounds):
@@ -173,6 +227,7 @@ def main() -> None:
             row.setdefault("genai", []).append(genai_cpu(agent, agent_spans))
             row.setdefault("plain", []).append(plain_cpu(held, plain, plain_spans))
             row.setdefault("check", []).append(check_cpu(plain, plain_spans, impl.check_message))
+            row.setdefault("logs", []).append(logs_cpu(logs, splits[label]))
     use(wire, current)
     print(
         f"receiving-process CPU, us per span, median of {args.rounds} rounds "
@@ -180,7 +235,7 @@ def main() -> None:
         f"in {len(plain)} requests)"
     )
     print(f"  {'':8s} {'python':>8s} {'core':>8s} {'ratio':>7s}")
-    for stage in ("genai", "plain", "check"):
+    for stage in ("genai", "plain", "check", "logs"):
         py = statistics.median(results["python"][stage])
         core = statistics.median(results["core"][stage])
         print(f"  {stage:8s} {py:8.2f} {core:8.2f} {py / core:6.1f}x")

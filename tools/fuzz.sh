@@ -61,4 +61,5 @@ if ! cargo +nightly fuzz run --target-dir "$target_dir" wire_differential "$work
   exit 1
 fi
 execs=$(grep -Eo "stat::number_of_executed_units: [0-9]+" "$log" | grep -Eo "[0-9]+$" || echo "?")
-echo "fuzz: wire_differential: $execs inputs in ${seconds}s, no finding"
+edges=$(grep -Eo "cov: [0-9]+" "$log" | tail -n 1 | grep -Eo "[0-9]+" || echo "?")
+echo "fuzz: wire_differential: $execs inputs in ${seconds}s, $edges edges covered, no finding"
