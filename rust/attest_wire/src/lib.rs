@@ -12,6 +12,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PySet, PyTuple};
 
 pub mod check;
 pub mod cut;
+pub mod decode;
 #[rustfmt::skip]
 pub mod fields;
 pub mod probe;
@@ -547,6 +548,7 @@ fn attest_otel_wire(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<KeyFinder>()?;
     m.add_class::<Marks>()?;
     m.add_class::<Substrings>()?;
+    decode::register(m)?;
     m.add_function(wrap_pyfunction!(check_message, m)?)?;
     m.add_function(wrap_pyfunction!(split, m)?)?;
     m.add_function(wrap_pyfunction!(span_links, m)?)?;
