@@ -171,7 +171,7 @@ class TraceGrader:
         if trace.probe is not None:
             decoded = trace.probe
         else:
-            decoded = decode_request(original, source=f"trace {trace.trace_id_hex}")
+            decoded = decode_request(original, source=f"trace {trace.trace_id_hex}", checked=True)
         label = f"trace {trace.trace_id_hex}"
         decoded.logs = decoded.logs + decode_logs(bytes(trace.logs), label)
         now_ns = time.time_ns()
@@ -571,7 +571,7 @@ def grade_in_worker(
     grading process: the annotated bytes, the runs (slimmed for the trip back) and, when
     `logs`, their evaluation log records."""
 
-    decoded = decode_request(data, source=label)
+    decoded = decode_request(data, source=label, checked=True)
     decoded.logs = decoded.logs + decode_logs(held_logs, label)
     now_ns = time.time_ns()
     annotated, graded = grade_decoded(

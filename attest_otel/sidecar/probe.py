@@ -93,7 +93,7 @@ def agent_probe(
     if found:
         return found
 
-    decoded = decode_request(chunk, source=f"trace {trace.trace_id_hex}")
+    decoded = decode_request(chunk, source=f"trace {trace.trace_id_hex}", checked=True)
     for span in decoded.spans:
         if span.attributes:
             hit = detect(span)

@@ -196,3 +196,16 @@ def test_a_trace_graded_before_is_graded_again_from_its_bytes_alone() -> None:
         len(s.events)
         for s in ExportTraceServiceRequest.FromString(once).resource_spans[0].scope_spans[0].spans
     ]  # the earlier grade replaced, not doubled
+
+
+def test_bytes_said_to_be_checked_still_fail_cleanly_when_they_are_not() -> None:
+    """The grading process skips the validation the sidecar did on receipt (`checked`):
+    bytes that were never checked are still an InputError, with upb's reason only when the
+    validation runs."""
+    data = _request(_http_span()).replace(b"GET /orders", b"GET /\xff\xfeders")
+    with pytest.raises(InputError, match="a string field holds invalid UTF-8"):
+        decode_request(data)
+    with pytest.raises(InputError, match="malformed OTLP"):
+        decode_request(data, checked=True)
+    with pytest.raises(InputError):
+        decode_request(data[:-3], checked=True)  # cut inside a span
