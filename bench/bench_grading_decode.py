@@ -14,8 +14,8 @@ Rows per workload (bench/sidecar_workload.py, the sidecar bench's traces of 21 s
 
 and for each: upb's parse alone (the floor under the baseline), the baseline, the core's
 decode with its validation, the validation alone, and the decode of bytes validated before
-(`checked=True`, the grading process's: the sidecar validated them on receipt). Figures: docs/measurements.md
-("Decoding in the wire core").
+(`checked=True`, the grading process's: the sidecar validated them on receipt).
+Figures: docs/measurements.md ("Decoding in the wire core").
 """
 
 from __future__ import annotations
