@@ -954,7 +954,7 @@ impl Decoder {
                     } else {
                         (PyDict::new(py), PyList::empty(py))
                     };
-                    let pending = !full && !(s.attributes.is_empty() && s.events.is_empty());
+                    let pending = !full && (!s.attributes.is_empty() || !s.events.is_empty());
                     let source = SpanSource {
                         data: owner.clone().unbind(),
                         start: sr.0,
