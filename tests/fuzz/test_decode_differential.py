@@ -45,7 +45,7 @@ from tests.fuzz.strategies import (
 )
 from tests.fuzz.test_wire_differential import ld, placed
 
-EXAMPLES = int(os.environ.get("DECODE_FUZZ_EXAMPLES", "80"))
+EXAMPLES = int(os.environ.get("DECODE_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
