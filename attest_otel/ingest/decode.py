@@ -213,7 +213,7 @@ def decode_request(
     exact bytes it was parsed from, saves serialising it again. Bytes that are not a valid
     encoding are an `InputError` as in `decode_bytes`; `checked` says they were judged valid
     already (the sidecar validates every request before it acknowledges it, and a held trace
-    is made of such requests' spans), which saves a fifth of a plain span's decode
+    is made of such requests' spans), which saves a third of a plain span's decode
     (docs/measurements.md, "Decoding in the wire core"): the decoder then still refuses what
     it cannot read, without naming upb's reason. Strings longer than `max_attribute_chars`
     are cut (none can be when the bytes are no longer than that).

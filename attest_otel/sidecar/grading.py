@@ -492,10 +492,11 @@ def grade_again(
 
 
 def decode_logs(data: bytes, label: str) -> list[Any]:
-    """The log records held with a trace, decoded as `grade --file` decodes a logs request."""
+    """The log records held with a trace, decoded as `grade --file` decodes a logs request
+    (validated on receipt, as the trace's spans were)."""
     if not data:
         return []
-    return decode_request(data, source=label, logs=True).logs
+    return decode_request(data, source=label, logs=True, checked=True).logs
 
 
 def encode_logs(
