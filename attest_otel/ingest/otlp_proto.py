@@ -1,6 +1,6 @@
 """OTLP protobuf requests decoded into `Span`s and `LogRecord`s by the wire core.
 
-The walk is compiled (`attest_otel_wire.Decoder`, rust/attest_wire/src/decode.rs, issue
+The walk is compiled (`attest_otel_wire.Decoder`, rust/attest_wire/src/decode/, issue
 30): upb's parse and a Python walk over it cost the grading process several microseconds
 per span, most of it in Python objects made for fields that were read once
 (docs/measurements.md, "Decoding in the wire core"). The core reads the bytes once and makes

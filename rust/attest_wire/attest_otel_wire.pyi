@@ -63,7 +63,7 @@ class Substrings:
     def __init__(self, needles: Iterable[bytes]) -> None: ...
     def any_in(self, data: bytes) -> bool: ...
 
-# -- decode.rs: requests decoded into attest_otel.model objects ---------------------------------
+# -- decode/: requests decoded into attest_otel.model objects ------------------------------------
 
 class OtlpError(ValueError):
     """Valid protobuf that is not valid OTLP: args (problem, where, records before it)."""

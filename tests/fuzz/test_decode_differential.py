@@ -1,4 +1,4 @@
-"""Differential fuzz of the wire core's decoder (`otlp_proto`, rust/attest_wire/src/decode.rs)
+"""Differential fuzz of the wire core's decoder (`otlp_proto`, rust/attest_wire/src/decode/)
 against protobuf's parse of the same bytes.
 
 The grading process decodes a request's bytes straight into spans and log records. What it
