@@ -10,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # The wire core (rust/attest_wire, a uv workspace member) is built by maturin with cargo; its
 # build cache stays out of the repository, shared by every checkout on the machine.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/attest-otel/cargo-target
-WIRE_SRC := rust/attest_wire/pyproject.toml rust/attest_wire/Cargo.toml rust/attest_wire/Cargo.lock $(wildcard rust/attest_wire/src/*.rs) rust/attest_wire/attest_otel_wire.pyi
+WIRE_SRC := rust/attest_wire/pyproject.toml rust/attest_wire/Cargo.toml rust/attest_wire/Cargo.lock $(wildcard rust/attest_wire/src/*.rs rust/attest_wire/src/*/*.rs) rust/attest_wire/attest_otel_wire.pyi
 # Bytecode at install time: this environment sets PYTHONDONTWRITEBYTECODE, so nothing caches later.
 export UV_COMPILE_BYTECODE := 1
 

@@ -2,10 +2,10 @@
 
 Everything that must know a dialect's keys, scopes or span names reads them from here:
 `adapt.detect` (which dialect is asked first), `ingest.candidate` (which spans are decoded in
-full, and `ingest.otlp_keyscan`), the sidecar's byte tests (`sidecar.wire`, `sidecar.probe`),
-`inspect`'s capture hints (`adapt.explain`) and the Collector's routing file
-(`tools/gen_routing.py`). A dialect module declares its `DialectSpec` next to its reader; a
-new built-in is that module plus its line in `BUILTIN`.
+full, and the wire core's decoder through `ingest.otlp_proto`), the sidecar's byte tests
+(`sidecar.wire`, `sidecar.probe`), `inspect`'s capture hints (`adapt.explain`) and the
+Collector's routing file (`tools/gen_routing.py`). A dialect module declares its
+`DialectSpec` next to its reader; a new built-in is that module plus its line in `BUILTIN`.
 
 `register` adds a dialect at run time (a test's toy dialect, an embedding application's own
 reader). Every part above rebuilds its tables when told (`watch`), so the hot paths keep

@@ -101,8 +101,8 @@ def annotate_spans(
     """Adds the grade of `run` to its spans in place; returns how many spans were changed.
 
     Args:
-        spans_by_id: protobuf `Span` messages by lowercase hex span id (what
-            `Span.source` holds for spans decoded from protobuf). Spans not named by the
+        spans_by_id: protobuf `Span` messages by lowercase hex span id (the parsed
+            request's, `sidecar.grading.grade_decoded`). Spans not named by the
             run are left alone; findings whose span is not in the mapping are skipped.
         run: the run, for its agent span id and, as a fallback, its steps' span ids.
         result: the graded result of `run`.

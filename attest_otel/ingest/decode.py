@@ -20,7 +20,8 @@ with an empty attribute dict and event list. `is_skeleton(span)` tells them apar
 decode everything. Log records are kept only when they look GenAI (`candidate.is_genai_log`).
 
 Resource attributes are decoded once per resource; its spans share the same dict object (do not
-mutate it). `Span.source` is the protobuf `Span` for protobuf input and the raw dict for JSON.
+mutate it). `Span.source` is a `SpanSource` over the request's bytes for protobuf input
+(`otlp_proto`: the wire core decodes protobuf) and the raw dict for JSON.
 
 Errors are `InputError`s with one line: source, line (JSON) and what is wrong. Nothing else
 escapes for any input: deep nesting, numbers too long for `int`, invalid UTF-8 all become
@@ -40,10 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from attest_otel_wire import WireError, read_varint
-from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from attest_otel.errors import InputError
 from attest_otel.ingest import otlp_json, otlp_proto
@@ -198,26 +197,45 @@ def decode_bytes(
 
 
 def decode_request(
-    req: ExportTraceServiceRequest | ExportLogsServiceRequest,
+    req: ExportTraceServiceRequest | ExportLogsServiceRequest | bytes,
     *,
     source: str = "<request>",
     lazy: bool = True,
     data: bytes | None = None,
     max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBUTE_CHARS,
+    logs: bool = False,
+    checked: bool = False,
 ) -> Decoded:
-    """Decode an already parsed request (the gRPC receiver's); logs requests are accepted too.
+    """Decode one export request: its bytes (a traces request, or a logs request with
+    `logs`), or a parsed request message (traces or logs).
 
-    `data`, the exact bytes `req` was parsed from, is optional: given, a lazy decode skips
-    the attribute-key scan of plain HTTP/DB scopes (see `otlp_keyscan`), and the string limit
-    check when `data` is no longer than the limit; the result is the same.
+    The bytes are what is decoded (`otlp_proto`, the wire core): for a message, `data`, the
+    exact bytes it was parsed from, saves serialising it again. Bytes that are not a valid
+    encoding are an `InputError` as in `decode_bytes`; `checked` says they were judged valid
+    already (the sidecar validates every request before it acknowledges it, and a held trace
+    is made of such requests' spans), which saves a third of a plain span's decode
+    (docs/measurements.md, "Decoding in the wire core"): the decoder then still refuses what
+    it cannot read, without naming upb's reason. Strings longer than `max_attribute_chars`
+    are cut (none can be when the bytes are no longer than that).
     """
+    if isinstance(req, bytes | bytearray | memoryview):
+        data = bytes(req)
+    else:
+        logs = isinstance(req, ExportLogsServiceRequest)
+        if data is None:
+            data = req.SerializeToString()
     out = Decoded()
+    problem = None
+    if not checked:
+        problem = otlp_proto.check_logs(data) if logs else otlp_proto.check_traces(data)
+    if problem is not None:
+        raise InputError(source, _protobuf_problem(data, False, problem))
     try:
-        if isinstance(req, ExportLogsServiceRequest):
-            out.log_count, _ = otlp_proto.walk_logs(req, out.logs, lazy=lazy)
+        if logs:
+            out.log_count, _ = otlp_proto.decode_logs(data, out.logs, lazy=lazy)
         else:
-            out.span_count, out.genai_span_count = otlp_proto.walk_traces(
-                req, out.spans, lazy=lazy, data=data
+            out.span_count, out.genai_span_count = otlp_proto.decode_traces(
+                data, out.spans, lazy=lazy
             )
     except MalformedOTLP as exc:
         raise InputError(source, str(exc)) from None
@@ -225,7 +243,7 @@ def decode_request(
         raise InputError(source, "attribute values nested too deeply") from None
     except _WALKER_ERRORS as exc:
         raise _walker_failed(source, None, "", exc) from None
-    if max_attribute_chars and (data is None or len(data) > max_attribute_chars):
+    if max_attribute_chars and len(data) > max_attribute_chars:
         _limit_strings(out, source, max_attribute_chars)  # see decode_bytes for the test
     return out
 
@@ -237,8 +255,8 @@ def is_skeleton(span: Span) -> bool:
     src = span.source
     if isinstance(src, dict):
         return bool(src.get("attributes") or src.get("events"))
-    if isinstance(src, PbSpan):
-        return bool(len(src.attributes) or len(src.events))
+    if isinstance(src, otlp_proto.SpanSource):
+        return src.pending
     return False
 
 
@@ -253,8 +271,7 @@ def hydrate(span: Span, *, max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBU
             span.attributes = otlp_json.attributes(src.get("attributes"))
             span.events = otlp_json.events(src)
         else:
-            span.attributes = otlp_proto.attributes(src.attributes)
-            span.events = otlp_proto.events(src)
+            span.attributes, span.events = otlp_proto.content(src)
     except MalformedOTLP as exc:
         raise InputError(f"span {span.span_id}", str(exc)) from None
     except RecursionError:
@@ -516,35 +533,27 @@ def _decode_protobuf(data: bytes, source: str, out: Decoded, lazy: bool, *, snif
 def _protobuf_message(
     data: bytes, source: str, where: str, out: Decoded, lazy: bool, sniffed: bool
 ) -> None:
-    try:
-        req = ExportTraceServiceRequest.FromString(data)
-    except DecodeError as exc:
-        logs = _try_logs(data)
-        if logs is None or not _looks_like_logs(logs):  # not a logs request read by luck
-            raise InputError(source, where + _protobuf_problem(data, sniffed, exc)) from None
-        _walk_proto_logs(logs, source, where, out, lazy)
+    problem = otlp_proto.check_traces(data)
+    if problem is not None:
+        if not _is_logs(data):  # not a logs request read by luck
+            raise InputError(source, where + _protobuf_problem(data, sniffed, problem))
+        _walk_proto_logs(data, source, where, out, lazy)
         return
-    if not req.resource_spans:
-        logs = _try_logs(data)
-        if logs is not None and logs.resource_logs:
-            _walk_proto_logs(logs, source, where, out, lazy)
-            return
+    resources, first_trace_id = otlp_proto.outline(data)
+    if not resources:  # a logs request has none either: the same field number
         raise InputError(
             source,
             where
             + f"not OTLP: no resourceSpans in {len(data)} bytes of protobuf"
             + _text_hint(data),
         )
-    first = otlp_proto.first_span(req)
-    if first is not None and len(first.trace_id) != 16:
+    if first_trace_id not in (-1, 16) and _is_logs(data):
         # Same field numbers as a logs request: a LogRecord read as a Span has no trace id
         # (its body, field 5, reads as the span's name). Not a valid span either way.
-        logs = _try_logs(data)
-        if logs is not None and _looks_like_logs(logs):
-            _walk_proto_logs(logs, source, where, out, lazy)
-            return
+        _walk_proto_logs(data, source, where, out, lazy)
+        return
     try:
-        seen, genai = otlp_proto.walk_traces(req, out.spans, lazy=lazy, data=data)
+        seen, genai = otlp_proto.decode_traces(data, out.spans, lazy=lazy)
     except MalformedOTLP as exc:
         raise InputError(source, where + str(exc)) from None
     except RecursionError:
@@ -555,36 +564,14 @@ def _protobuf_message(
     out.genai_span_count += genai
 
 
-def _try_logs(data: bytes) -> ExportLogsServiceRequest | None:
+def _is_logs(data: bytes) -> bool:
+    """Whether `data` is a valid logs request whose first record looks like one."""
+    return otlp_proto.check_logs(data) is None and otlp_proto.looks_like_logs(data)
+
+
+def _walk_proto_logs(data: bytes, source: str, where: str, out: Decoded, lazy: bool) -> None:
     try:
-        req: ExportLogsServiceRequest = ExportLogsServiceRequest.FromString(data)
-    except DecodeError:
-        return None
-    return req
-
-
-def _looks_like_logs(req: ExportLogsServiceRequest) -> bool:
-    for rl in req.resource_logs:
-        for sl in rl.scope_logs:
-            for lr in sl.log_records:
-                return bool(
-                    lr.time_unix_nano
-                    or lr.observed_time_unix_nano
-                    or lr.HasField("body")
-                    or lr.event_name
-                    or lr.severity_number
-                    or lr.severity_text
-                    or len(lr.attributes)
-                    or len(lr.trace_id) == 16
-                )
-    return False
-
-
-def _walk_proto_logs(
-    req: ExportLogsServiceRequest, source: str, where: str, out: Decoded, lazy: bool
-) -> None:
-    try:
-        seen, _ = otlp_proto.walk_logs(req, out.logs, lazy=lazy)
+        seen, _ = otlp_proto.decode_logs(data, out.logs, lazy=lazy)
     except MalformedOTLP as exc:
         raise InputError(source, where + str(exc)) from None
     except RecursionError:
@@ -594,11 +581,12 @@ def _walk_proto_logs(
     out.log_count += seen
 
 
-def _protobuf_problem(data: bytes, sniffed: bool, error: Exception | None = None) -> str:
-    """Why `data` is not a protobuf message, from its top-level wire format (error path only)."""
-    if error is not None and "UTF-8" in str(error):
+def _protobuf_problem(data: bytes, sniffed: bool, error: str | None = None) -> str:
+    """Why `data` is not a protobuf message, from the validator's verdict (`error`) and the
+    top-level wire format (error path only)."""
+    if error is not None and "UTF-8" in error:
         return "invalid protobuf: a string field holds invalid UTF-8"
-    if error is not None and "MaxDepth" in str(error):
+    if error is not None and "nested too deeply" in error:
         return "invalid protobuf: messages nested too deeply (attribute values, most likely)"
     pos, size = 0, len(data)
     while pos < size:

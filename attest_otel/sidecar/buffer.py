@@ -123,7 +123,8 @@ class HeldTrace:
     sender: str = ""
     """`service.name` of the resource the trace's first spans came with (fair limits)."""
     probe: Any = None
-    """What the probe parsed, when it covered all of `data` (handed on to the grader)."""
+    """What the probe decoded (`Decoded`), when it covered all of `data` (handed on to the
+    grader)."""
     logs: bytearray = field(default_factory=bytearray)
     """The trace's log records (a `LogsData` encoding): read with its spans, forwarded after."""
     log_count: int = 0

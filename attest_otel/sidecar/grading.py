@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -170,15 +169,14 @@ class TraceGrader:
     ) -> _Graded:
         """One trace graded in this process."""
         if trace.probe is not None:
-            request, decoded = trace.probe
+            decoded = trace.probe
         else:
-            request = ExportTraceServiceRequest.FromString(original)
-            decoded = decode_request(request, source=f"trace {trace.trace_id_hex}", data=original)
+            decoded = decode_request(original, source=f"trace {trace.trace_id_hex}", checked=True)
         label = f"trace {trace.trace_id_hex}"
         decoded.logs = decoded.logs + decode_logs(bytes(trace.logs), label)
         now_ns = time.time_ns()
         data, runs = grade_decoded(
-            request,
+            None,
             decoded,
             self.policy,
             lambda run: self.grade_run(run, abandoned),
@@ -426,10 +424,11 @@ def grade_decoded(
     """Runs of a decoded trace, graded (`pipeline`) and written into its spans; the
     annotated bytes. The policy's declared dialects read the spans too.
 
-    Given `data`, the bytes `request` was parsed from, and no earlier grade in them, the
-    grades are appended to the spans' encodings (`wire.append_to_spans`): the other spans
-    keep their bytes and nothing is serialised. Otherwise the parsed spans are annotated in
-    place (replacing an earlier grade) and the request serialised.
+    Given `data`, the trace's bytes, and no earlier grade in them, the grades are appended
+    to the spans' encodings (`wire.append_to_spans`): the other spans keep their bytes and
+    nothing is parsed or serialised. Otherwise the spans of `request` (the parsed trace,
+    parsed from `data` when None) are annotated in place (replacing an earlier grade) and
+    the request serialised.
     """
     now = time.time_ns() if now_ns is None else now_ns
     graded: list[tuple[Run, CheckResult]] = []
@@ -450,7 +449,15 @@ def grade_decoded(
             data, {bytes.fromhex(span_id): extra for span_id, extra in additions.items()}
         )
         return annotated, graded
-    by_id = {span.span_id: span.source for span in decoded.spans}
+    if request is None:
+        assert data is not None, "grade_decoded needs the request or its bytes"
+        request = ExportTraceServiceRequest.FromString(data)
+    by_id = {
+        ps.span_id.hex(): ps
+        for rs in request.resource_spans
+        for ss in rs.scope_spans
+        for ps in ss.spans
+    }
     annotate_graded(by_id, graded, now_ns=now, content=content)
     serialized: bytes = request.SerializeToString()
     return serialized, graded
@@ -472,7 +479,7 @@ def grade_again(
     """
     prior, prior_logs = split_stored(prior)  # the log records read with it before
     request = ExportTraceServiceRequest.FromString(prior + late)
-    decoded = decode_request(request, source=label)
+    decoded = decode_request(request, source=label, data=prior + late)
     decoded.logs = decoded.logs + decode_logs(prior_logs, label)
     _, runs = grade_decoded(request, decoded, policy, grade_run, content)
     # Both parts are concatenated ResourceSpans records: the late ones come last.
@@ -485,10 +492,11 @@ def grade_again(
 
 
 def decode_logs(data: bytes, label: str) -> list[Any]:
-    """The log records held with a trace, decoded as `grade --file` decodes a logs request."""
+    """The log records held with a trace, decoded as `grade --file` decodes a logs request
+    (validated on receipt, as the trace's spans were)."""
     if not data:
         return []
-    return decode_request(ExportLogsServiceRequest.FromString(data), source=label).logs
+    return decode_request(data, source=label, logs=True, checked=True).logs
 
 
 def encode_logs(
@@ -564,12 +572,11 @@ def grade_in_worker(
     grading process: the annotated bytes, the runs (slimmed for the trip back) and, when
     `logs`, their evaluation log records."""
 
-    request = ExportTraceServiceRequest.FromString(data)
-    decoded = decode_request(request, source=label, data=data)
+    decoded = decode_request(data, source=label, checked=True)
     decoded.logs = decoded.logs + decode_logs(held_logs, label)
     now_ns = time.time_ns()
     annotated, graded = grade_decoded(
-        request,
+        None,
         decoded,
         _WORKER_POLICY,
         lambda run: grade(run, judge=None),

@@ -5,9 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-)
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -89,15 +86,14 @@ def agent_probe(
     taken as not agents (a miss only makes the buffer wait longer for a run, see `buffer`).
     The byte test knows the conventions whose dialects declare their agent spans' bytes.
     Otherwise the chunk is decoded and each span asked `adapt.detect`; when `chunk` is the
-    whole trace and `keep`, the parse is kept on the trace for the grader (in-process
+    whole trace and `keep`, the decode is kept on the trace for the grader (in-process
     grading only).
     """
     found = {s.span_id for s in spans if _is_agent_record(s.record)}
     if found:
         return found
 
-    request = ExportTraceServiceRequest.FromString(chunk)
-    decoded = decode_request(request, source=f"trace {trace.trace_id_hex}")
+    decoded = decode_request(chunk, source=f"trace {trace.trace_id_hex}", checked=True)
     for span in decoded.spans:
         if span.attributes:
             hit = detect(span)
@@ -107,5 +103,5 @@ def agent_probe(
                 except ValueError:
                     continue
     if whole and keep:
-        trace.probe = (request, decoded)
+        trace.probe = decoded
     return found

@@ -4,7 +4,7 @@ attest_otel/sidecar/wire.py is its Python face and says what each walk is for.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 Buffer = bytes | bytearray
 
@@ -65,3 +65,36 @@ class Marks:
 class Substrings:
     def __init__(self, needles: Iterable[bytes]) -> None: ...
     def any_in(self, data: bytes) -> bool: ...
+
+# -- decode/: requests decoded into attest_otel.model objects ------------------------------------
+
+class OtlpError(ValueError):
+    """Valid protobuf that is not valid OTLP: args (problem, where, records before it)."""
+
+class SpanSource:
+    """A decoded span's origin: the request's bytes and the span's place in them."""
+
+    pending: bool
+    def __init__(self, record: bytes, pending: bool) -> None: ...
+    def record(self) -> bytes: ...
+
+class Decoder:
+    def __init__(
+        self,
+        span_cls: type[Any],
+        event_cls: type[Any],
+        log_cls: type[Any],
+        key_prefixes: Iterable[bytes],
+        name_prefixes: Iterable[bytes],
+        name_suffixes: Iterable[bytes],
+        scope_markers: Iterable[bytes],
+        exact_scopes: Iterable[bytes],
+        event_prefixes: Iterable[bytes],
+    ) -> None: ...
+    def traces(self, data: Buffer, lazy: bool) -> tuple[list[Any], int, int]: ...
+    def logs(self, data: Buffer, lazy: bool) -> tuple[list[Any], int, int]: ...
+    def content(self, source: SpanSource) -> tuple[dict[str, Any], list[Any]]: ...
+    @staticmethod
+    def traces_outline(data: Buffer) -> tuple[int, int]: ...
+    @staticmethod
+    def looks_like_logs(data: Buffer) -> bool: ...

@@ -36,6 +36,7 @@ from attest_otel.ingest.decode import (
     hydrate,
     is_skeleton,
 )
+from attest_otel.ingest.otlp_proto import SpanSource
 from attest_otel.model import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
 from tests import otlp_encodings as encodings
 from tests.otlp_encodings import length_prefixed, to_protobuf_json, to_protobuf_json_snake_case
@@ -269,7 +270,9 @@ def test_a_protobuf_request_decodes_to_hex_ids_parents_kinds_status_and_values()
         "opentelemetry.instrumentation.requests",
         "0.50b0",
     )
-    assert isinstance(agent.source, PbSpan)
+    # The source is the span's place in the request's bytes (the wire core decodes them).
+    assert isinstance(agent.source, SpanSource)
+    assert PbSpan.FromString(agent.source.record()).name == "invoke_agent shop"
     assert decoded.span_count == 5
     assert decoded.genai_span_count == 3
 

@@ -12,6 +12,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PySet, PyTuple};
 
 pub mod check;
 pub mod cut;
+pub mod decode;
 #[rustfmt::skip]
 pub mod fields;
 pub mod logs;
@@ -573,6 +574,7 @@ fn attest_otel_wire(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<KeyFinder>()?;
     m.add_class::<Marks>()?;
     m.add_class::<Substrings>()?;
+    decode::register(m)?;
     m.add_function(wrap_pyfunction!(check_message, m)?)?;
     m.add_function(wrap_pyfunction!(split, m)?)?;
     m.add_function(wrap_pyfunction!(split_logs, m)?)?;
