@@ -336,23 +336,18 @@ impl<'a> Parser<'a> {
         self.pos += 1;
         let start = self.pos;
         let b = self.b;
-        while self.pos < b.len() {
-            let c = b[self.pos];
-            if c == b'"' {
-                let out = &self.s[start..self.pos];
-                self.pos += 1;
-                return Ok(Cow::Borrowed(out));
-            }
-            if c == b'\\' {
-                break;
-            }
-            if c < 0x20 {
-                return self.refuse();
-            }
-            self.pos += 1;
-        }
-        if self.pos >= b.len() {
+        // The run to the next quote or backslash, then one check for control characters.
+        let Some(stop) = memchr::memchr2(b'"', b'\\', &b[start..]).map(|n| start + n) else {
             return self.refuse();
+        };
+        if let Some(bad) = b[start..stop].iter().position(|&c| c < 0x20) {
+            self.pos = start + bad;
+            return self.refuse();
+        }
+        self.pos = stop;
+        if b[stop] == b'"' {
+            self.pos += 1;
+            return Ok(Cow::Borrowed(&self.s[start..stop]));
         }
         let mut out = String::from(&self.s[start..self.pos]);
         let mut mended = false;

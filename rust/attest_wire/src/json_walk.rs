@@ -804,8 +804,14 @@ pub struct JsonSpan {
 
 #[pymethods]
 impl JsonSpan {
+    /// `content` (whether the span has attributes or events) is read from `text` when not
+    /// given; a pickled `JsonSpan` gives it, so coming back costs no parse.
     #[new]
-    fn new(text: &str) -> PyResult<Self> {
+    #[pyo3(signature = (text, content=None))]
+    fn new(text: &str, content: Option<bool>) -> PyResult<Self> {
+        if let Some(content) = content {
+            return Ok(JsonSpan { text: text.into(), content });
+        }
         let (v, _) = crate::json::one_document(text, 0)
             .map_err(|_| PyValueError::new_err("not one JSON object"))?;
         let V::Obj(o) = v else {
@@ -829,7 +835,9 @@ impl JsonSpan {
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
         let cls = slf.get_type();
-        PyTuple::new(py, [cls.into_any(), PyTuple::new(py, [&*slf.get().text])?.into_any()])
+        let span = slf.get();
+        let args = (&*span.text, span.content).into_pyobject(py)?;
+        PyTuple::new(py, [cls.into_any(), args.into_any()])
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
