@@ -34,11 +34,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
-from typing import Any
 
 from attest_otel_wire import WireError, read_varint
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
@@ -48,10 +46,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 
 from attest_otel.errors import InputError
 from attest_otel.ingest import otlp_json, otlp_proto
-from attest_otel.ingest.otlp_json import JsonReadError, JsonSpan
 from attest_otel.ingest.candidate import is_genai_candidate
 from attest_otel.ingest.gzip import GZIP_MAGIC, gunzip
 from attest_otel.ingest.otlp_common import MalformedOTLP
+from attest_otel.ingest.otlp_json import JsonReadError, JsonSpan
 from attest_otel.ingest.sanitize import (
     DEFAULT_MAX_ATTRIBUTE_CHARS,
     json_problem,

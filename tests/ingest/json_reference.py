@@ -6,6 +6,7 @@ but speed). Not used by the package."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,10 +21,54 @@ from attest_otel.ingest.otlp_common import (
     base64_to_bytes,
     text_id_to_hex,
 )
-from attest_otel.ingest.sanitize import mend_surrogates
 from attest_otel.model import Event, LogRecord, Span
 
 JsonObject = dict[str, Any]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mend_surrogates(document: Any) -> tuple[Any, int]:
+    """`document` (parsed JSON) with each unpaired surrogate in its strings and keys replaced
+    by U+FFFD, changed in place where it can be; and how many strings were mended.
+    Iterative: parsed JSON can be as deep as the parser's recursion limit allows."""
+    count = 0
+
+    def mend(text: str) -> str:
+        nonlocal count
+        if _SURROGATE.search(text) is None:
+            return text
+        count += 1
+        return _SURROGATE.sub("\ufffd", text)
+
+    def mended_dict(obj: dict[str, Any]) -> dict[str, Any]:
+        if any(_SURROGATE.search(key) for key in obj):
+            return {mend(key): value for key, value in obj.items()}
+        return obj
+
+    holder: list[Any] = [document]
+    stack: list[Any] = [holder]
+    while stack:
+        node = stack.pop()
+        items = node.items() if type(node) is dict else enumerate(node)
+        changed: list[tuple[Any, Any]] = []
+        for key, value in items:
+            kind = type(value)
+            if kind is str:
+                fixed = mend(value)
+                if fixed is not value:
+                    changed.append((key, fixed))
+            elif kind is dict:
+                fixed_dict = mended_dict(value)
+                if fixed_dict is not value:
+                    changed.append((key, fixed_dict))
+                stack.append(fixed_dict)
+            elif kind is list:
+                stack.append(value)
+        for key, value in changed:
+            node[key] = value
+    return holder[0], count
+
 
 # -- values -----------------------------------------------------------------------------------
 

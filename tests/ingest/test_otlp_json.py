@@ -16,8 +16,8 @@ from attest_otel.errors import InputError
 from attest_otel.ingest import otlp_json
 from attest_otel.ingest.decode import decode_bytes, hydrate
 from attest_otel.ingest.otlp_json import JsonReadError
-from attest_otel.ingest.sanitize import may_hold_lone_surrogates, mend_surrogates
 from tests.ingest import json_reference
+from tests.ingest.json_reference import mend_surrogates
 
 T = "0af7651916cd43dd8448eb211c80319c"
 
@@ -160,26 +160,6 @@ def test_any_json_text_reads_as_json_reads_it(value: Any, compact: bool) -> None
 @given(st.text(alphabet='{}[]:,"\\ud8c0aeEINfinityNul0123456789.-+ \n\t', max_size=30))
 def test_any_json_like_text_reads_or_fails_as_json_does(text: str) -> None:
     assert outcome(ours, text) == outcome(json_loads, text)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ('"plain"', False),
-        ('"\\u00e9"', False),
-        ('"\\ud83d\\ude00"', False),
-        ('"\\uD83D\\uDE00"', False),
-        ('"\\ud800"', True),
-        ('"\\uDBFF x"', True),
-        ('"\\udc00"', True),
-        ('"\\uDFFF"', True),
-        ('"\\ud800\\ud800\\udc00"', True),
-        ('"\\ud83d\\ude00\\ude00"', True),
-        ('"\\ud7ff\\ue000"', False),
-    ],
-)
-def test_may_hold_lone_surrogates(text: str, expected: bool) -> None:
-    assert may_hold_lone_surrogates(text) is expected
 
 
 # -- the walkers: the same spans and errors as on `json`'s reading, but for the integers ----------

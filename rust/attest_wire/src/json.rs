@@ -37,7 +37,11 @@ pub static NULL: V<'static> = V::Null;
 impl<'a> Obj<'a> {
     /// The value of `key` (the last one when repeated), None when absent.
     pub fn find(&self, key: &str) -> Option<&V<'a>> {
-        self.items.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.items
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
     }
 
     /// `dict.get(key)`: absent and null read the same.

@@ -10,7 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::json::{one_document, Parser, Refused, V};
-use crate::json_walk::{Fail, Helpers, JsonMarks, JsonSpan, Walk};
+use crate::json_values::{Helpers, JsonMarks, JsonSpan};
+use crate::json_walk::{Fail, Walk};
 
 create_exception!(
     attest_otel_wire,
@@ -84,7 +85,11 @@ impl JsonReader {
     ) -> Result<(), (&'static str, String, Option<PyErr>)> {
         let V::Obj(o) = doc else {
             let got = doc.type_name();
-            return Err(("input", format!("not OTLP: expected a JSON object with resourceSpans, got {got}"), None));
+            return Err((
+                "input",
+                format!("not OTLP: expected a JSON object with resourceSpans, got {got}"),
+                None,
+            ));
         };
         let walked = if o.has("resourceSpans") || o.has("resource_spans") {
             walk.traces(text, o, &out.spans).map(|(seen, genai)| {
@@ -93,18 +98,32 @@ impl JsonReader {
             })
         } else if o.has("resourceLogs") || o.has("resource_logs") {
             walk.logs(o, &out.logs).map(|seen| out.log_count += seen)
-        } else if ["resourceMetrics", "resource_metrics", "resourceProfiles", "resource_profiles"]
-            .iter()
-            .any(|k| o.has(k))
+        } else if [
+            "resourceMetrics",
+            "resource_metrics",
+            "resourceProfiles",
+            "resource_profiles",
+        ]
+        .iter()
+        .any(|k| o.has(k))
         {
             Ok(()) // metrics and profiles lines are skipped
         } else if !o.items.is_empty() {
             let mut keys = Vec::new();
             for key in o.keys().take(5) {
-                let shown = PyString::new(walk.py, key).repr().map_err(|e| ("walker", String::new(), Some(e)))?;
+                let shown = PyString::new(walk.py, key)
+                    .repr()
+                    .map_err(|e| ("walker", String::new(), Some(e)))?;
                 keys.push(shown.to_string());
             }
-            return Err(("input", format!("not OTLP: expected resourceSpans, got keys {}", keys.join(", ")), None));
+            return Err((
+                "input",
+                format!(
+                    "not OTLP: expected resourceSpans, got keys {}",
+                    keys.join(", ")
+                ),
+                None,
+            ));
         } else {
             Ok(())
         };
@@ -128,19 +147,27 @@ impl JsonReader {
         if mended > 0 {
             out.mended.push((line, mended));
         }
-        self.document(walk, text, &v, out).map_err(|(kind, message, e)| {
-            let detail = match e {
-                Some(e) => e.into_value(py).into_bound(py).into_any(),
-                None => py.None().into_bound(py),
-            };
-            (kind, message, line, detail)
-        })
+        self.document(walk, text, &v, out)
+            .map_err(|(kind, message, e)| {
+                let detail = match e {
+                    Some(e) => e.into_value(py).into_bound(py).into_any(),
+                    None => py.None().into_bound(py),
+                };
+                (kind, message, line, detail)
+            })
     }
 }
 
 fn refused<'py>(py: Python<'py>, r: Refused, line: Option<usize>, how: &str) -> Refusal<'py> {
-    let detail = (how, r.pos, r.too_deep).into_pyobject(py).map(|t| t.into_any());
-    ("json", String::new(), line, detail.unwrap_or_else(|_| py.None().into_bound(py)))
+    let detail = (how, r.pos, r.too_deep)
+        .into_pyobject(py)
+        .map(|t| t.into_any());
+    (
+        "json",
+        String::new(),
+        line,
+        detail.unwrap_or_else(|_| py.None().into_bound(py)),
+    )
 }
 
 fn raise(r: Refusal<'_>) -> PyErr {
@@ -149,7 +176,15 @@ fn raise(r: Refusal<'_>) -> PyErr {
 }
 
 fn result<'py>(py: Python<'py>, out: Out<'py>) -> PyResult<Bound<'py, PyTuple>> {
-    (out.spans, out.logs, out.span_count, out.genai, out.log_count, out.mended).into_pyobject(py)
+    (
+        out.spans,
+        out.logs,
+        out.span_count,
+        out.genai,
+        out.log_count,
+        out.mended,
+    )
+        .into_pyobject(py)
 }
 
 #[pymethods]
@@ -205,9 +240,8 @@ impl JsonReader {
     ) -> PyResult<Bound<'py, PyTuple>> {
         let bytes = data.as_bytes();
         let skip = if bytes.starts_with(BOM) { 3 } else { 0 };
-        let text = std::str::from_utf8(&bytes[skip..]).map_err(|e| {
-            JsonReadError::new_err(("utf8", "", py.None(), skip + e.valid_up_to()))
-        })?;
+        let text = std::str::from_utf8(&bytes[skip..])
+            .map_err(|e| JsonReadError::new_err(("utf8", "", py.None(), skip + e.valid_up_to())))?;
         let b = text.as_bytes();
         let mut walk = Walk::new(py, &self.h, marks, lazy);
         let mut out = Out {
@@ -227,7 +261,8 @@ impl JsonReader {
             if skip_ws(b, nl) != b.len() {
                 if let Ok(first) = one_document(&text[..nl], start) {
                     let mut line = lines_before(b, start) + 1;
-                    self.parse_walk(&mut walk, text, Ok(first), Some(line), &mut out).map_err(raise)?;
+                    self.parse_walk(&mut walk, text, Ok(first), Some(line), &mut out)
+                        .map_err(raise)?;
                     let mut pos = nl + 1;
                     while pos < b.len() {
                         line += 1;
@@ -239,7 +274,8 @@ impl JsonReader {
                                 let detail = ("line", pos, end, r.too_deep);
                                 return Err(JsonReadError::new_err(("json", "", line, detail)));
                             }
-                            self.parse_walk(&mut walk, text, doc, Some(line), &mut out).map_err(raise)?;
+                            self.parse_walk(&mut walk, text, doc, Some(line), &mut out)
+                                .map_err(raise)?;
                         }
                         pos = end + 1;
                     }
@@ -248,7 +284,8 @@ impl JsonReader {
             }
         }
         if let Ok(doc) = one_document(text, 0) {
-            self.parse_walk(&mut walk, text, Ok(doc), None, &mut out).map_err(raise)?;
+            self.parse_walk(&mut walk, text, Ok(doc), None, &mut out)
+                .map_err(raise)?;
             return result(py, out);
         }
         // Concatenated documents, each named by the line it starts on.
@@ -264,7 +301,8 @@ impl JsonReader {
                 }
             };
             let after = skip_ws(b, p.pos);
-            self.parse_walk(&mut walk, text, doc, Some(line), &mut out).map_err(raise)?;
+            self.parse_walk(&mut walk, text, doc, Some(line), &mut out)
+                .map_err(raise)?;
             line += memchr::memchr_iter(b'\n', &b[pos..after]).count();
             pos = after;
         }
@@ -305,11 +343,24 @@ impl JsonReader {
         let doc = one_document(text, 0);
         let failed = self.parse_walk(&mut walk, text, doc, None, &mut out).err();
         let failed = match failed {
-            Some((kind, message, _, detail)) => (kind, message, py.None(), detail).into_pyobject(py)?.into_any(),
+            Some((kind, message, _, detail)) => (kind, message, py.None(), detail)
+                .into_pyobject(py)?
+                .into_any(),
             None => py.None().into_bound(py),
         };
         let mended: usize = out.mended.iter().map(|(_, n)| n).sum();
-        Ok(Some((out.spans, out.logs, out.span_count, out.genai, out.log_count, mended, failed).into_pyobject(py)?))
+        Ok(Some(
+            (
+                out.spans,
+                out.logs,
+                out.span_count,
+                out.genai,
+                out.log_count,
+                mended,
+                failed,
+            )
+                .into_pyobject(py)?,
+        ))
     }
 
     /// A skeleton's (attributes, events) from its `JsonSpan`.
@@ -320,17 +371,29 @@ impl JsonReader {
         marks: &JsonMarks,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let text = &source.get().text;
-        let (v, _) = one_document(text, 0).map_err(|_| PyValueError::new_err("not one JSON object"))?;
+        let (v, _) =
+            one_document(text, 0).map_err(|_| PyValueError::new_err("not one JSON object"))?;
         let V::Obj(o) = v else {
             return Err(PyValueError::new_err("not one JSON object"));
         };
         let walk = Walk::new(py, &self.h, marks, false);
-        let done = walk.attributes(o.get("attributes")).and_then(|a| Ok((a, walk.events(&o)?)));
+        let done = walk
+            .attributes(o.get("attributes"))
+            .and_then(|a| Ok((a, walk.events(&o)?)));
         match done {
             Ok(pair) => pair.into_pyobject(py),
             Err(Fail::Otlp { problem, at }) => {
-                let message = if at.is_empty() { problem } else { format!("{at}: {problem}") };
-                Err(JsonReadError::new_err(("otlp", message, py.None(), py.None())))
+                let message = if at.is_empty() {
+                    problem
+                } else {
+                    format!("{at}: {problem}")
+                };
+                Err(JsonReadError::new_err((
+                    "otlp",
+                    message,
+                    py.None(),
+                    py.None(),
+                )))
             }
             Err(Fail::Py(e)) => Err(e),
         }
@@ -339,23 +402,15 @@ impl JsonReader {
     /// The value `json.loads` gives for `text` (bytes), read by this parser; JsonReadError
     /// ("json", "", None, ("line", 0, len, too deep)) when it refuses (for the tests that hold
     /// it to `json`).
-    fn loads<'py>(&self, py: Python<'py>, data: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyAny>> {
+    fn loads<'py>(
+        &self,
+        py: Python<'py>,
+        data: &Bound<'py, PyBytes>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let text = std::str::from_utf8(data.as_bytes())
             .map_err(|e| JsonReadError::new_err(("utf8", "", py.None(), e.valid_up_to())))?;
         let (v, _) = one_document(text, 0).map_err(|r| raise(refused(py, r, None, "line")))?;
-        Ok(Walk::new(py, &self.h, &JsonMarks::none(), false).to_py(&v)?)
-    }
-
-    /// The span's source as the dict `json.loads` gives (for callers that want the raw span).
-    fn span_dict<'py>(
-        &self,
-        py: Python<'py>,
-        source: &Bound<'py, JsonSpan>,
-        marks: &JsonMarks,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let (v, _) = one_document(&source.get().text, 0)
-            .map_err(|_| PyValueError::new_err("not one JSON object"))?;
-        Walk::new(py, &self.h, marks, false).to_py(&v)
+        Walk::new(py, &self.h, &JsonMarks::none(), false).to_py(&v)
     }
 }
 

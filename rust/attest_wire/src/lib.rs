@@ -16,6 +16,7 @@ pub mod cut;
 pub mod fields;
 pub mod json;
 pub mod json_read;
+pub mod json_values;
 pub mod json_walk;
 pub mod probe;
 pub mod schema;
