@@ -557,6 +557,26 @@ def read(text: str, lazy: bool = True) -> Outcome:
     return ("ok", *shown(spans, logs), seen, genai, kept)
 
 
+def decoded(body: bytes, lazy: bool = True) -> Outcome:
+    """What `decode_bytes` (the wire core's reader) makes of `body`, skeletons hydrated, worded
+    as `read` words it (no string limit, which `read` does not apply)."""
+    from attest_otel.errors import InputError
+    from attest_otel.ingest.decode import decode_bytes, hydrate
+
+    try:
+        found = decode_bytes(body, "application/json", lazy=lazy, max_attribute_chars=None)
+        spans = [hydrate(s, max_attribute_chars=None) for s in found.spans]
+    except InputError as exc:
+        return ("error", "json" if exc.problem.startswith("invalid JSON") else exc.problem)
+    return (
+        "ok",
+        *shown(spans, found.logs),
+        found.span_count,
+        found.genai_span_count,
+        found.log_count,
+    )
+
+
 def shown(spans: list[Span], logs: list[LogRecord]) -> tuple[list[str], list[str]]:
     """Spans (all but `source`) and log records as text: NaN equals NaN, -0.0 differs from 0.0."""
     return (

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from attest_otel.errors import InputError
 from attest_otel.ingest import otlp_json
-from attest_otel.ingest.decode import decode_bytes, hydrate
+from attest_otel.ingest.decode import decode_bytes
 from attest_otel.ingest.otlp_json import JsonReadError
 from tests.ingest import json_reference
 from tests.ingest.json_reference import mend_surrogates
@@ -186,19 +186,7 @@ def attrs(value: str, key: str = "gen_ai.x") -> str:
 
 
 def walked(text: str, lazy: bool = True) -> tuple[Any, ...]:
-    """What `decode_bytes` reads from `text`, skeletons hydrated, worded as `json_reference`."""
-    try:
-        decoded = decode_bytes(text.encode(), "application/json", lazy=lazy)
-        spans = [hydrate(s, max_attribute_chars=None) for s in decoded.spans]
-    except InputError as exc:
-        return ("error", "json" if exc.problem.startswith("invalid JSON") else exc.problem)
-    return (
-        "ok",
-        *json_reference.shown(spans, decoded.logs),
-        decoded.span_count,
-        decoded.genai_span_count,
-        decoded.log_count,
-    )
+    return json_reference.decoded(text.encode(), lazy)
 
 
 BIG = "18446744073709551617"  # 2**64 + 1: beyond 64 bits
