@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 from typing import Any
 
 import pytest
@@ -287,3 +288,31 @@ def test_the_spans_of_a_resource_share_its_dict_and_each_request_has_its_own() -
     first[0].resource["service.name"] = "cut"
     second = decode_bytes(request(span(3), resource=resource).encode()).spans
     assert second[0].resource == {"service.name": "shop"}
+
+
+# -- the span source (`JsonSpan`) -----------------------------------------------------------------
+
+
+def test_a_skeleton_keeps_its_text_and_comes_back_from_pickle_without_a_parse() -> None:
+    text = request(span(1, name="GET /x", attributes=attrs('{"intValue": "7"}', key="http.x")))
+    skeleton = decode_bytes(text.encode()).spans[0]
+    source = skeleton.source
+    assert isinstance(source, otlp_json.JsonSpan) and source.has_content
+    assert json.loads(source.text)["name"] == "GET /x"
+    again = pickle.loads(pickle.dumps(source))
+    assert again == source and again.has_content
+    assert otlp_json.hydrate(again)[0] == {"http.x": 7, "k": "v"}
+    assert not otlp_json.JsonSpan('{"name": "x", "attributes": []}').has_content
+    with pytest.raises(ValueError):
+        otlp_json.JsonSpan("[1]")
+
+
+def test_lines_blank_to_python_are_skipped_and_others_refused_with_json_s_words() -> None:
+    good = request(span(1)).encode()
+    assert otlp_json.read_line(b" \xc2\xa0\x1c\t\n", True, False) is None  # NBSP, FS: blank
+    assert otlp_json.read_line(b"\xef\xbb\xbf" + good + b"\n", True, True)[2] == 1
+    refused = otlp_json.read_line(b"\xef\xbb\xbf" + good, True, False)[6]
+    assert refused is not None and refused[0] == "json"  # a BOM only opens the first line
+    with pytest.raises(JsonReadError) as bad:
+        otlp_json.read_line(b'{"a": "\xff"}', True, False)
+    assert bad.value.args[:1] == ("utf8",) and bad.value.args[3] == 7
