@@ -256,6 +256,10 @@ def hydrate(span: Span, *, max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBU
         raise InputError(f"span {span.span_id}", "attribute values nested too deeply") from None
     except _WALKER_ERRORS as exc:
         raise _walker_failed(f"span {span.span_id}", None, "", exc) from None
+    if isinstance(src, JsonSpan) and (
+        not max_attribute_chars or len(src.text) <= max_attribute_chars
+    ):
+        return span  # a string takes at least its length of the span's text: none to cut
     cut = truncate_span(span, max_attribute_chars)
     if cut:
         logger.warning(

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attest_otel.errors import InputError
-from attest_otel.ingest import otlp_json
+from attest_otel.ingest import decode, otlp_json
 from attest_otel.ingest.decode import decode_bytes
 from attest_otel.ingest.otlp_json import JsonReadError
 from tests.ingest import json_reference
@@ -316,3 +316,20 @@ def test_lines_blank_to_python_are_skipped_and_others_refused_with_json_s_words(
     with pytest.raises(JsonReadError) as bad:
         otlp_json.read_line(b'{"a": "\xff"}', True, False)
     assert bad.value.args[:1] == ("utf8",) and bad.value.args[3] == 7
+
+
+def test_hydrate_cuts_long_strings_and_skips_the_cut_walk_for_a_short_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    value = '{"stringValue": "' + "x" * 50 + '"}'
+    text = request(span(1, name="GET /x", attributes=attrs(value, key="http.x")))
+    skeleton = decode_bytes(text.encode()).spans[0]
+    long = decode_bytes(text.encode()).spans[0]
+    assert decode.hydrate(long, max_attribute_chars=10).attributes["http.x"].startswith("x" * 10)
+    assert len(long.attributes["http.x"]) < 50
+
+    def walked(*_: Any) -> int:
+        raise AssertionError("a span text no longer than the limit holds nothing to cut")
+
+    monkeypatch.setattr(decode, "truncate_span", walked)
+    assert decode.hydrate(skeleton, max_attribute_chars=len(text)).attributes["http.x"] == "x" * 50
