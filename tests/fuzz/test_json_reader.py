@@ -95,10 +95,16 @@ def test_broken_json_text_is_refused_as_json_refuses_it(
     if "\n" in text or text.startswith("\ufeff"):
         return  # JSON lines, a byte order mark: not one document
     got, expected = json_reference.decoded(body), json_reference.read(text)
-    if expected == ("error", "json") and got[0] == "ok":  # no document, or several
-        rest = text.strip(" \t\r")
-        if rest:
-            _, end = json.JSONDecoder().raw_decode(rest)
-            assert rest[end:].strip(" \t\r"), text
+    rest = text.strip(" \t\r")
+    if expected == ("error", "json") and not rest:
+        assert got[0] == "ok"  # no document at all: nothing to read
         return
+    if expected == ("error", "json"):
+        try:
+            _, end = json.JSONDecoder().raw_decode(rest)
+        except (ValueError, RecursionError):
+            pass  # the first document is broken: refused as `json` refuses it, below
+        else:
+            assert rest[end:].strip(" \t\r")  # several documents: `decode`'s to read
+            return
     assert got == expected, text
