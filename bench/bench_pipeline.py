@@ -67,8 +67,11 @@ SIDECAR_CONFIG = (
     "forward: {retry_after_s: 0.05}\n"
     "telemetry: {metrics: false, logs: false}\n"
 )
-PROBE_MARK = b"\xfe\xed"
-"""First bytes of a probe's trace id: the backend times those traces."""
+PROBE_MARK = b"\xfe\xed\xfa\xce"
+"""First bytes of a probe's trace id: the backend times those traces (and looks for them
+only in requests whose bytes hold the mark, so counting stays the backend's only work)."""
+SIDECAR_CPU = "1"
+"""With --pin: the sidecar and its grading processes on this CPU, the rest on CPU 0."""
 
 
 def _peer_collector() -> str:
@@ -136,14 +139,14 @@ def serve_backend(port: int, http_port: int) -> None:
     def export(request: bytes, context: Any) -> bytes:
         req = ExportTraceServiceRequest.FromString(request)
         now = time.time()
-        n = 0
-        for rs in req.resource_spans:
-            for ss in rs.scope_spans:
-                n += len(ss.spans)
-                for span in ss.spans:
-                    if span.trace_id.startswith(PROBE_MARK):
-                        with lock:
-                            state["probes"].setdefault(span.trace_id.hex(), now)
+        n = sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
+        if PROBE_MARK in request:
+            for rs in req.resource_spans:
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        if span.trace_id.startswith(PROBE_MARK):
+                            with lock:
+                                state["probes"].setdefault(span.trace_id.hex(), now)
         with lock:
             state["count"] += n
             state["last"] = now
@@ -229,7 +232,9 @@ def _collector_config(kind: str, backend: str, sidecar: str, ports: dict[str, in
 class Rig:
     """Backend, sidecar (for B and C) and the Collector, started together."""
 
-    def __init__(self, kind: str, tmp: Path, probe_sink: InProcessSink | None = None) -> None:
+    def __init__(
+        self, kind: str, tmp: Path, probe_sink: InProcessSink | None = None, pin: bool = False
+    ) -> None:
         self.kind = kind
         self.backend = Backend()
         target = self.backend.endpoint
@@ -240,6 +245,7 @@ class Rig:
                 tmp / f"sidecar-{kind}",
                 f"127.0.0.1:{ports['graded']}",
                 config_text=SIDECAR_CONFIG,
+                cpus=SIDECAR_CPU if pin else None,
             )
         config = tmp / f"otelcol-{kind}.yaml"
         config.write_text(
@@ -257,6 +263,12 @@ class Rig:
         grpc.channel_ready_future(channel).result(timeout=60)
         channel.close()
 
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds used so far by the Collector and by the sidecar with its children."""
+        return cpu_seconds(self.collector.pid), (
+            cpu_seconds(self.sidecar.proc.pid) if self.sidecar else 0.0
+        )
+
     def stop(self) -> None:
         self.collector.terminate()
         self.collector.wait(60)
@@ -265,7 +277,40 @@ class Rig:
         self.backend.stop()
 
 
-def throughput(kind: str, requests: list[bytes], tmp: Path) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of `pid` and every descendant alive or reaped (from /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # after the name: state ppid ... utime(12) stime(13) cutime(14) cstime(15), 0-based
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(x) for x in fields[11:15])
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        total += times.get(current, 0)
+        todo.extend(child for child, parent in parents.items() if parent == current)
+    return total / tick
+
+
+class Rate:
+    """One configuration's end-to-end rate and the CPU it cost per span."""
+
+    def __init__(self, spans: int, seconds: float, collector_s: float, sidecar_s: float) -> None:
+        self.per_s = spans / seconds
+        self.collector_us = 1e6 * collector_s / spans
+        self.sidecar_us = 1e6 * sidecar_s / spans
+
+
+def throughput(kind: str, requests: list[bytes], tmp: Path, pin: bool) -> Rate:
     if kind == "parse-only":
         backend = Backend()
         try:
@@ -276,18 +321,20 @@ def throughput(kind: str, requests: list[bytes], tmp: Path) -> float:
             last = backend.wait_count(total)
         finally:
             backend.stop()
-        return _spans(requests) / (last - start)
-    rig = Rig(kind, tmp)
+        return Rate(_spans(requests), last - start, 0.0, 0.0)
+    rig = Rig(kind, tmp, pin=pin)
     try:
         warm, measured = requests[-4:], requests[:-4]
         send_all(rig.endpoint, warm)
         rig.backend.wait_count(_spans(warm))
+        collector0, sidecar0 = rig.cpu()
         start = time.time()
         send_all(rig.endpoint, measured)
         last = rig.backend.wait_count(_spans(requests))
+        collector1, sidecar1 = rig.cpu()
     finally:
         rig.stop()
-    return _spans(measured) / (last - start)
+    return Rate(_spans(measured), last - start, collector1 - collector0, sidecar1 - sidecar0)
 
 
 def _probes(count: int) -> list[tuple[str, bytes]]:
@@ -301,7 +348,7 @@ def _probes(count: int) -> list[tuple[str, bytes]]:
     out = []
     for i in range(count):
         spans = plain_trace(rng, 1_700_000_000_000_000_000 + i)[:10]
-        trace_id = PROBE_MARK + rng.randbytes(14)
+        trace_id = PROBE_MARK + rng.randbytes(16 - len(PROBE_MARK))
         for span in spans:
             span.trace_id = trace_id
         req = ExportTraceServiceRequest()
@@ -327,9 +374,11 @@ def _offer(endpoint: str, load: list[bytes], rate_spans: float, stop: threading.
     channel.close()
 
 
-def plain_latency(kind: str, load: list[bytes], rate: float, probes: int, tmp: Path) -> float:
+def plain_latency(
+    kind: str, load: list[bytes], rate: float, probes: int, tmp: Path, pin: bool
+) -> float:
     """p99 in ms of a plain probe trace from send to the backend, under `rate` spans/s."""
-    rig = Rig(kind, tmp)
+    rig = Rig(kind, tmp, pin=pin)
     try:
         stop = threading.Event()
         loader = threading.Thread(target=_offer, args=(rig.endpoint, load, rate, stop))
@@ -358,43 +407,60 @@ def plain_latency(kind: str, load: list[bytes], rate: float, probes: int, tmp: P
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the sidecar on CPU 1, the sender, the Collector and the backend on CPU 0",
+    )
     parser.add_argument("--backend", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.backend:
         serve_backend(*args.backend)
         return
+    if args.pin:
+        os.sched_setaffinity(0, {0})  # the backend and the Collector inherit it
     scale = 1 if args.quick else 2
     agent = build_requests(60 * scale, 24, 1.0, seed=1)
     mixed = build_requests(200 * scale, 24, 0.1, seed=2)
     manifest = yaml.safe_load((COLLECTOR_CONFIG / "builder-config.yaml").read_text())
     print(
         f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; Collector "
-        f"{manifest['dist']['version']}; requests of 504 spans"
+        f"{manifest['dist']['version']}; requests of 504 spans; "
+        + ("pinned: sidecar on CPU 1, the rest on CPU 0" if args.pin else "nothing pinned")
     )
     print(
         f"{'workload':28s} {'parse-only':>10s} {'(A) alone':>10s} {'(B) sidecar':>11s} "
         f"{'B/A':>5s} {'(C) routing':>11s} {'C/A':>5s}   spans/s, end to end"
     )
-    rates: dict[str, dict[str, float]] = {}
+    rates: dict[str, dict[str, Rate]] = {}
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         for name, reqs in (("agent-heavy (100% GenAI)", agent), ("mixed (10% GenAI)", mixed)):
             row = {
-                k: throughput(k, reqs, tmp)
+                k: throughput(k, reqs, tmp, args.pin)
                 for k in ("parse-only", "collector", "sidecar", "routing")
             }
             rates[name] = row
-            a = row["collector"]
+            a, b, c = row["collector"], row["sidecar"], row["routing"]
             print(
-                f"{name:28s} {row['parse-only']:10,.0f} {a:10,.0f} {row['sidecar']:11,.0f} "
-                f"{row['sidecar'] / a:5.2f} {row['routing']:11,.0f} {row['routing'] / a:5.2f}",
+                f"{name:28s} {row['parse-only'].per_s:10,.0f} {a.per_s:10,.0f} "
+                f"{b.per_s:11,.0f} {b.per_s / a.per_s:5.2f} {c.per_s:11,.0f} "
+                f"{c.per_s / a.per_s:5.2f}",
+                flush=True,
+            )
+            print(
+                f"{'':28s} Collector CPU per span: (A) {a.collector_us:.1f} us, "
+                f"(B) {b.collector_us:.1f} us, (C) {c.collector_us:.1f} us "
+                f"[capacity A/C {a.collector_us / c.collector_us:.2f}]; sidecar CPU per span "
+                f"it saw: (B) {b.sidecar_us:.1f} us, (C) "
+                f"{c.sidecar_us / (1.0 if 'agent' in name else 0.1):.1f} us",
                 flush=True,
             )
         mixed_rates = rates["mixed (10% GenAI)"]
-        offered = min(mixed_rates["collector"] / 2, mixed_rates["sidecar"] * 0.8)
+        offered = min(mixed_rates["collector"].per_s / 2, mixed_rates["sidecar"].per_s * 0.8)
         probes = 100 if args.quick else 250
         p99 = {
-            k: plain_latency(k, mixed, offered, probes, tmp)
+            k: plain_latency(k, mixed, offered, probes, tmp, args.pin)
             for k in ("collector", "sidecar", "routing")
         }
         print(

@@ -274,7 +274,12 @@ def _spans(requests: list[bytes]) -> int:
 
 class SidecarRun:
     def __init__(
-        self, tmp: Path, sink_endpoint: str, extra: list[str] | None = None, config_text: str = ""
+        self,
+        tmp: Path,
+        sink_endpoint: str,
+        extra: list[str] | None = None,
+        config_text: str = "",
+        cpus: str | None = None,
     ) -> None:
         self.grpc_port = free_port()
         self.http_port = free_port()
@@ -284,6 +289,7 @@ class SidecarRun:
         config.write_text(config_text or BENCH_CONFIG)
         self.proc = subprocess.Popen(
             [
+                *(["taskset", "-c", cpus] if cpus else []),  # its grading processes inherit
                 sys.executable,
                 "-m",
                 "attest_otel.cli",

@@ -49,37 +49,36 @@ def _scopes() -> str:
     return _ottl("(?i)" + whole + _alternation(m.scope_markers))
 
 
-def markers() -> list[str]:
-    """One OTTL condition per kind of marker; a span is GenAI when any holds.
+def _keys(path: str) -> str:
+    """The routing keys as exact lookups: testing every key against the prefixes
+    (`IsMatch(Keys(...))`) costs the Collector several times its own work per span."""
+    return " or ".join(f'{path}["{k}"] != nil' for k in declared_markers().routing_keys)
 
-    The attribute keys are tested as the JSON list `Keys()` gives (IsMatch encodes a slice
-    as JSON): a key starts with a prefix where a quote is followed by that prefix."""
+
+def scope_marker() -> str:
+    """The scope test, alone in its condition so the filter processor infers the scope
+    context and runs it once per scope, not once per span."""
+    return f"IsMatch(scope.name, {_scopes()})"
+
+
+def markers() -> list[str]:
+    """The per-span conditions; a span is GenAI when any holds, or when its scope is."""
     m = declared_markers()
     suffixes = tuple(s.removeprefix(".") for s in m.name_suffixes)
     names = _ottl("^(?:" + _alternation(m.name_prefixes) + ")")
     ends = _ottl("\\.(?:" + _alternation(suffixes) + ")$")
-    keys = _ottl('"(?:' + _alternation(m.key_prefixes) + ")")
-    scopes = _scopes()
     return [
         f"IsMatch(span.name, {names})",
         f"IsMatch(span.name, {ends})",
-        f"IsMatch(Keys(span.attributes), {keys})",
-        f"IsMatch(scope.name, {scopes})",
+        _keys("span.attributes"),
     ]
 
 
 def log_markers() -> list[str]:
-    """The same for a log record (`candidate.is_genai_log`): its event name, its attribute
-    keys, its scope."""
+    """The same for a log record: its event name, its routing keys."""
     m = declared_markers()
     events = _ottl("^(?:" + _alternation(m.event_prefixes) + ")")
-    keys = _ottl('"(?:' + _alternation(m.key_prefixes) + ")")
-    scopes = _scopes()
-    return [
-        f"IsMatch(log.event_name, {events})",
-        f"IsMatch(Keys(log.attributes), {keys})",
-        f"IsMatch(scope.name, {scopes})",
-    ]
+    return [f"IsMatch(log.event_name, {events})", _keys("log.attributes")]
 
 
 def _yaml_string(text: str) -> str:
@@ -93,12 +92,15 @@ HEADER = """\
 # backends, so plain traffic keeps flowing, and pays nothing, while the sidecar is slow or
 # down. Same ports as otelcol.yaml: 4317/4318 in, 14317 back from the sidecar.
 #
-#   apps ──► [otlp] ──┬── traces/genai: filter/genai_only ──► attest-otel (:24317) ──┐
-#                     │   logs/genai: filter/genai_logs_only ──►  (the same)         │
-#                     ├── traces/plain: filter/no_genai ──► Tempo, Jaeger          │
-#                     ├── logs/plain: filter/no_genai_logs ──► Loki                 │
-#                     └── metrics/in ──► Prometheus                                │
-#   Tempo, Jaeger, Loki, Prometheus ◄── */out ◄── [otlp/graded :14317] ◄───────────┘
+#   apps ──► [otlp] ──┬── traces/genai_scopes, traces/genai_items ──► attest-otel (:24317) ─┐
+#                     │   logs/genai_scopes, logs/genai_items ──►  (the same)              │
+#                     ├── traces/plain ──► Tempo, Jaeger                                   │
+#                     ├── logs/plain ──► Loki                                              │
+#                     └── metrics/in ──► Prometheus                                        │
+#   Tempo, Jaeger, Loki, Prometheus ◄── */out ◄── [otlp/graded :14317] ◄───────────────────┘
+#
+# Three filters per signal so that the scope test runs once per scope and a span pays only
+# a name match and a few exact key lookups (docs/genai-routing.md has the costs).
 #
 # Per span, not per trace: the filter processor sees one span at a time. A span of an agent's
 # trace that carries none of the markers (an HTTP call inside a tool, a DB query) goes around
@@ -109,9 +111,53 @@ HEADER = """\
 """
 
 
+def _filters(signal: str, items: list[str]) -> list[str]:
+    """The three filters of one signal, so the scope is tested once per scope: the GenAI
+    scopes' items go whole to the sidecar; of the other scopes, the GenAI items go to the
+    sidecar and the rest straight on. Any one condition drops."""
+    key = {"traces": "trace_conditions", "logs": "log_conditions"}[signal]
+    scope = _yaml_string(scope_marker())
+    item = " or ".join(f"({m})" for m in items)
+    return [
+        f"  # {signal}: keeps the GenAI scopes, whole (a scope condition runs once per scope).",
+        f"  filter/{signal}_genai_scopes:",
+        "    error_mode: ignore",
+        f"    {key}:",
+        f"      - {_yaml_string(f'not {scope_marker()}')}",
+        f"  # {signal}: keeps the GenAI items of the other scopes.",
+        f"  filter/{signal}_genai_items:",
+        "    error_mode: ignore",
+        f"    {key}:",
+        f"      - {scope}",
+        f"      - {_yaml_string(f'not ({item})')}",
+        f"  # {signal}: keeps the rest, for the backends.",
+        f"  filter/{signal}_plain:",
+        "    error_mode: ignore",
+        f"    {key}:",
+        f"      - {scope}",
+        *(f"      - {_yaml_string(m)}" for m in items),
+    ]
+
+
+def _pipelines(signal: str, backends: str) -> list[str]:
+    lines = []
+    for part in ("genai_scopes", "genai_items"):
+        lines += [
+            f"    {signal}/{part}:",
+            "      receivers: [otlp]",
+            f"      processors: [memory_limiter, filter/{signal}_{part}, batch]",
+            "      exporters: [otlp_grpc/attest]",
+        ]
+    return [
+        *lines,
+        f"    {signal}/plain:",
+        "      receivers: [otlp]",
+        f"      processors: [memory_limiter, filter/{signal}_plain, batch]",
+        f"      exporters: [{backends}]",
+    ]
+
+
 def render() -> str:
-    genai = " or ".join(f"({m})" for m in markers())
-    genai_logs = " or ".join(f"({m})" for m in log_markers())
     lines = [
         HEADER,
         "receivers:",
@@ -135,30 +181,15 @@ def render() -> str:
         "  batch:",
         "    send_batch_size: 1024",
         "    send_batch_max_size: 1024",
-        "  # Drops every span that is not GenAI: what is left goes to the sidecar.",
-        "  filter/genai_only:",
-        "    error_mode: ignore",
-        "    trace_conditions:",
-        f"      - {_yaml_string(f'not ({genai})')}",
-        "  # Drops every GenAI span: what is left goes straight on. Any one condition drops.",
-        "  filter/no_genai:",
-        "    error_mode: ignore",
-        "    trace_conditions:",
-        *(f"      - {_yaml_string(m)}" for m in markers()),
-        "  # The same for log records: the GenAI ones (a run's content) go with their trace's",
-        "  # spans to the sidecar, which reads them with the spans; the rest straight to Loki.",
-        "  filter/genai_logs_only:",
-        "    error_mode: ignore",
-        "    log_conditions:",
-        f"      - {_yaml_string(f'not ({genai_logs})')}",
-        "  filter/no_genai_logs:",
-        "    error_mode: ignore",
-        "    log_conditions:",
-        *(f"      - {_yaml_string(m)}" for m in log_markers()),
+        *_filters("traces", markers()),
+        *_filters("logs", log_markers()),
         "",
         "exporters:",
+        "  # Uncompressed: the sidecar runs beside the Collector, and gzip would cost both",
+        "  # sides more CPU than the whole routing (docs/genai-routing.md).",
         "  otlp_grpc/attest:",
         "    endpoint: attest-otel:24317",
+        "    compression: none",
         "    tls:",
         "      insecure: true",
         "    timeout: 5s",
@@ -190,22 +221,8 @@ def render() -> str:
         "",
         "service:",
         "  pipelines:",
-        "    traces/genai:",
-        "      receivers: [otlp]",
-        "      processors: [memory_limiter, filter/genai_only, batch]",
-        "      exporters: [otlp_grpc/attest]",
-        "    traces/plain:",
-        "      receivers: [otlp]",
-        "      processors: [memory_limiter, filter/no_genai, batch]",
-        "      exporters: [otlp_grpc/tempo, otlp_grpc/jaeger]",
-        "    logs/genai:",
-        "      receivers: [otlp]",
-        "      processors: [memory_limiter, filter/genai_logs_only, batch]",
-        "      exporters: [otlp_grpc/attest]",
-        "    logs/plain:",
-        "      receivers: [otlp]",
-        "      processors: [memory_limiter, filter/no_genai_logs, batch]",
-        "      exporters: [otlp_http/loki]",
+        *_pipelines("traces", "otlp_grpc/tempo, otlp_grpc/jaeger"),
+        *_pipelines("logs", "otlp_http/loki"),
         "    # The apps' metrics: the sidecar would pass them on untouched, so they go straight.",
         "    metrics/in:",
         "      receivers: [otlp]",

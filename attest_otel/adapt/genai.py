@@ -434,6 +434,7 @@ SPEC = DialectSpec(
     "opentelemetry-util-genai 1.x `true` is not a mode and captures nothing), or the "
     "framework's own content switch",
     agent_attributes=((OP, "invoke_agent"),),
+    routing_keys=(OP, "gen_ai.system", "gen_ai.provider.name"),
 )
 
 SPEC_OLD = DialectSpec(
@@ -441,6 +442,7 @@ SPEC_OLD = DialectSpec(
     GenAIOld(),
     key_prefixes=("gen_ai.",),
     event_prefixes=("gen_ai.",),  # content in log events
+    routing_keys=("gen_ai.system",),
     capture="OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true for instrumentations "
     "before opentelemetry-util-genai 1.x (event_only / span_and_event with it), and export "
     "logs: content travels in log events",

@@ -96,6 +96,7 @@ GENERIC = DialectSpec(
         "mcp",
         "langfuse",  # `langfuse-sdk`
     ),
+    routing_keys=("mcp.method.name", "langfuse.observation.type", "agent.name", "tool_name"),
     capture="the framework's own content or tracing switch (a dialect file can name where "
     "it keeps content)",
 )
@@ -103,7 +104,11 @@ GENERIC = DialectSpec(
 vocabulary (`adapt.generic`, per trace, after every dialect), so their spans must be decoded
 and held like any dialect's."""
 
-OWN = DialectSpec("attest", key_prefixes=("attest.",))
+OWN = DialectSpec(
+    "attest",
+    key_prefixes=("attest.",),
+    routing_keys=("attest.allowed_tools", "attest.tool_fallbacks"),
+)
 """The attributes a user sets for the policy (`attest.allowed_tools`, ...), on any span."""
 
 _specs: list[DialectSpec] = [*BUILTIN, GENERIC, OWN]

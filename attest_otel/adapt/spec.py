@@ -61,6 +61,13 @@ class DialectSpec:
     """Attribute keys that make a span this dialect's whatever else it carries (its own
     span kind): a span showing one is not taken for another dialect's agent by the byte
     test, and is decoded instead."""
+    routing_keys: tuple[str, ...] = ()
+    """Attribute keys, exact, that mark a span for the Collector's GenAI-only routing
+    (`collector-config/genai-routing.yaml`) besides the role keys and agent attributes: the
+    Collector tests a few exact keys per span at the cost of a lookup each, where testing
+    every key against `key_prefixes` costs it several times its own work per span
+    (docs/genai-routing.md). Each must start with one of `key_prefixes`, so a routed span is
+    always a candidate."""
     before_scopes: bool = False
     """Asked before the scope's own dialect: OpenInference, whose span processors copy its
     keys onto other frameworks' spans and mean them (docs/dialects.md, "Detection order")."""
@@ -73,6 +80,11 @@ class DialectSpec:
             raise ValueError(f"dialect spec {self.name!r}: name suffixes must be `.word`: {bad}")
         if any(not m for m in (*self.key_prefixes, *self.name_prefixes, *self.scope_markers)):
             raise ValueError(f"dialect spec {self.name!r}: an empty marker would match anything")
+        loose = [k for k in self.routing_keys if not k.startswith(self.key_prefixes)]
+        if loose:
+            raise ValueError(
+                f"dialect spec {self.name!r}: routing keys outside its key prefixes: {loose}"
+            )
 
     def covers(self, name: str, keys: Iterable[str], scope_name: str = "") -> bool:
         """Whether this declaration alone marks a span as a candidate: the plain statement
@@ -102,8 +114,23 @@ class Markers:
     agent_attributes: tuple[tuple[str, str], ...] = ()
     agent_span_names: tuple[str, ...] = ()
     role_keys: tuple[str, ...] = ()
+    routing_keys: tuple[str, ...] = ()
+    """Every spec's routing keys, role keys and agent attribute keys."""
     capture: dict[str, str] = field(default_factory=dict)
     """Per dialect name, its capture setting."""
+
+    def routes(self, name: str, keys: Iterable[str], scope_name: str = "") -> bool:
+        """Whether the Collector's GenAI-only routing sends this span to the sidecar: the
+        candidate test with exact routing keys in place of the key prefixes, so a subset of
+        the candidates (tests/peers/test_genai_routing.py checks the real Collector agrees)."""
+        low = scope_name.lower()
+        return (
+            name.startswith(self.name_prefixes)
+            or name.endswith(self.name_suffixes)
+            or low in (s.lower() for s in self.scopes)
+            or any(m in low for m in self.scope_markers)
+            or not set(self.routing_keys).isdisjoint(keys)
+        )
 
 
 def _unique(items: Iterable[_T]) -> tuple[_T, ...]:
@@ -122,5 +149,10 @@ def union(specs: Iterable[DialectSpec]) -> Markers:
         agent_attributes=_unique(a for s in specs for a in s.agent_attributes),
         agent_span_names=_unique(n for s in specs for n in s.agent_span_names),
         role_keys=_unique(k for s in specs for k in s.role_keys),
+        routing_keys=_unique(
+            k
+            for s in specs
+            for k in (*s.role_keys, *(key for key, _ in s.agent_attributes), *s.routing_keys)
+        ),
         capture={s.name: s.capture for s in specs if s.capture is not None},
     )

@@ -199,6 +199,7 @@ SPEC_LEGACY = DialectSpec(
     name_prefixes=("ai.",),  # `ai.generateText`, `ai.streamText`, `ai.toolCall`
     name_suffixes=(".doGenerate", ".doStream"),
     event_prefixes=("ai.",),
+    routing_keys=("ai.operationId",),
     capture=_CAPTURE,
 )
 

@@ -1,6 +1,6 @@
-"""collector-config/genai-routing.yaml: generated from the candidate markers, and the real
-Collector routes with it exactly the spans the decoders call GenAI to the sidecar, the rest
-straight on, while the sidecar is down too."""
+"""collector-config/genai-routing.yaml: generated from the dialects' markers, and the real
+Collector routes with it exactly the spans `Markers.routes` names (GenAI candidates all) to
+the sidecar, the rest straight on, while the sidecar is down too."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ from pathlib import Path
 from types import ModuleType
 
 import grpc
+import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from attest_otel.adapt import runs_from_spans
+from attest_otel.adapt.registry import markers
+from attest_otel.adapt.spec import DialectSpec
 from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_file, is_skeleton
+from attest_otel.model import Span
 from tests.peers.servers import Collector, localize, validate
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import REPO
@@ -44,13 +48,25 @@ def _fixture_files() -> list[Path]:
     return sorted(p for p in TRACES.glob("*.json") if not p.name.endswith(".labels.json"))
 
 
+def _routed(span: Span) -> bool:
+    """Whether the routing file sends `span` to the sidecar (`Markers.routes`); a skeleton
+    is no candidate, and a routed span always is one (its keys are candidate keys)."""
+    return not is_skeleton(span) and markers().routes(span.name, span.attributes, span.scope_name)
+
+
+def test_a_routing_key_outside_the_dialects_key_prefixes_is_refused() -> None:
+    with pytest.raises(ValueError, match="routing keys outside"):
+        DialectSpec("x", key_prefixes=("x.",), routing_keys=("x.kind", "y.kind"))
+
+
 def test_grading_only_the_spans_routed_to_the_sidecar_gives_the_same_grades() -> None:
     """What a span not recognised at the Collector would cost: on every recorded stack, the
-    runs graded from the GenAI-marked spans alone equal the runs graded from whole traces."""
+    runs graded from the spans the routing file sends to the sidecar alone equal the runs
+    graded from whole traces."""
     runs = 0
     for path in _fixture_files():
         decoded = decode_file(path)
-        marked = [s for s in decoded.spans if not is_skeleton(s)]
+        marked = [s for s in decoded.spans if _routed(s)]
 
         def graded(spans: list, logs: list = decoded.logs) -> dict:
             return {
@@ -83,7 +99,7 @@ def test_the_real_collector_routes_what_the_decoders_call_genai(tmp_path: Path) 
     for path in _fixture_files():
         decoded = decode_file(path)
         for span in decoded.spans:
-            (plain if is_skeleton(span) else genai).append(span.span_id)
+            (genai if _routed(span) else plain).append(span.span_id)
         requests.extend(_fixture_requests(path))
     assert _span_ids(requests) == set(genai) | set(plain) and len(plain) > 50
     sidecar, tempo, jaeger = Downstream().start(), Downstream().start(), Downstream().start()
