@@ -21,7 +21,8 @@ decode everything. Log records are kept only when they look GenAI (`candidate.is
 
 Resource attributes are decoded once per resource; its spans share the same dict object (do not
 mutate it). `Span.source` is a `SpanSource` over the request's bytes for protobuf input
-(`otlp_proto`: the wire core decodes protobuf) and the raw dict for JSON.
+(`otlp_proto`: the wire core decodes protobuf) and, for JSON, a `JsonSpan` (the span's
+text, `otlp_json`).
 
 Errors are `InputError`s with one line: source, line (JSON) and what is wrong. Nothing else
 escapes for any input: deep nesting, numbers too long for `int`, invalid UTF-8 all become
@@ -34,11 +35,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
-from typing import Any
 
 from attest_otel_wire import WireError, read_varint
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -49,11 +48,10 @@ from attest_otel.ingest import otlp_json, otlp_proto
 from attest_otel.ingest.candidate import is_genai_candidate
 from attest_otel.ingest.gzip import GZIP_MAGIC, gunzip
 from attest_otel.ingest.otlp_common import MalformedOTLP
+from attest_otel.ingest.otlp_json import JsonReadError, JsonSpan
 from attest_otel.ingest.sanitize import (
     DEFAULT_MAX_ATTRIBUTE_CHARS,
     json_problem,
-    may_hold_lone_surrogates,
-    mend_surrogates,
     truncate_decoded,
     truncate_span,
 )
@@ -68,10 +66,7 @@ CONTENT_TYPE_PROTOBUF = "application/x-protobuf"
 CONTENT_TYPE_JSON = "application/json"
 
 _WHITESPACE_BYTES = frozenset(b" \t\r\n")
-_JSON_WHITESPACE = " \t\r\n"
-_TRACE_KEYS = ("resourceSpans", "resource_spans")
-_LOG_KEYS = ("resourceLogs", "resource_logs")
-_SKIPPED_KEYS = ("resourceMetrics", "resource_metrics", "resourceProfiles", "resource_profiles")
+_BOM = b"\xef\xbb\xbf"
 _decoder = json.JSONDecoder()
 _WALKER_ERRORS = (
     AttributeError,
@@ -177,15 +172,15 @@ def decode_bytes(
     out = Decoded()
     encoding = _encoding(content_type)
     if encoding is None:
-        text = _sniff_json(data, source)
-        if text is None:
+        sniffed = _sniff_json(data)
+        if sniffed is None:
             _decode_protobuf(data, source, out, lazy, sniffed=True)
-        elif data[:1] == b"\n":
-            out = _json_or_protobuf(data, text, source, lazy)
+        elif sniffed == "either":
+            out = _json_or_protobuf(data, source, lazy)
         else:
-            _decode_json(text, source, out, lazy)
+            _decode_json(data, source, out, lazy)
     elif encoding == "json":
-        _decode_json(_utf8(data, source), source, out, lazy)
+        _decode_json(data, source, out, lazy)
     else:
         _decode_protobuf(data, source, out, lazy, sniffed=False)
     # A string of n characters takes at least n bytes of input (UTF-8, JSON escapes and
@@ -253,8 +248,8 @@ def is_skeleton(span: Span) -> bool:
     if span.attributes or span.events:
         return False
     src = span.source
-    if isinstance(src, dict):
-        return bool(src.get("attributes") or src.get("events"))
+    if isinstance(src, JsonSpan):
+        return src.has_content
     if isinstance(src, otlp_proto.SpanSource):
         return src.pending
     return False
@@ -267,17 +262,21 @@ def hydrate(span: Span, *, max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBU
         return span
     src = span.source
     try:
-        if isinstance(src, dict):
-            span.attributes = otlp_json.attributes(src.get("attributes"))
-            span.events = otlp_json.events(src)
+        if isinstance(src, JsonSpan):
+            span.attributes, span.events = otlp_json.hydrate(src)
         else:
             span.attributes, span.events = otlp_proto.content(src)
-    except MalformedOTLP as exc:
-        raise InputError(f"span {span.span_id}", str(exc)) from None
+    except (MalformedOTLP, JsonReadError) as exc:
+        problem = exc.args[1] if isinstance(exc, JsonReadError) else str(exc)
+        raise InputError(f"span {span.span_id}", problem) from None
     except RecursionError:
         raise InputError(f"span {span.span_id}", "attribute values nested too deeply") from None
     except _WALKER_ERRORS as exc:
         raise _walker_failed(f"span {span.span_id}", None, "", exc) from None
+    if isinstance(src, JsonSpan) and (
+        not max_attribute_chars or len(src.text) <= max_attribute_chars
+    ):
+        return span  # a string takes at least its length of the span's text: none to cut
     cut = truncate_span(span, max_attribute_chars)
     if cut:
         logger.warning(
@@ -326,15 +325,15 @@ def _encoding(content_type: str | None) -> str | None:
     return None
 
 
-def _sniff_json(data: bytes, source: str) -> str | None:
-    """The text of `data` if it is JSON, else None (protobuf).
+def _sniff_json(data: bytes) -> str | None:
+    """ "json" when `data` is JSON, None for protobuf, "either" when only parsing can tell.
 
     JSON starts with `{` or `[`, maybe after whitespace or a byte order mark. Every OTLP
     protobuf request starts with 0x0A, a newline, so a leading newline alone proves nothing:
     protobuf bytes (random ids) are practically never valid UTF-8, JSON always is.
     """
     pos, size = 0, len(data)
-    if data[:3] == b"\xef\xbb\xbf":
+    if data[:3] == _BOM:
         pos = 3
     while pos < size and data[pos] in _WHITESPACE_BYTES:
         pos += 1
@@ -342,21 +341,21 @@ def _sniff_json(data: bytes, source: str) -> str | None:
         return None
     if data[:1] == b"\n":
         try:
-            text = data.decode("utf-8")
+            data.decode("utf-8")
         except UnicodeDecodeError:
             return None
-        return text
-    return _utf8(data, source)
+        return "either"
+    return "json"
 
 
-def _json_or_protobuf(data: bytes, text: str, source: str, lazy: bool) -> Decoded:
+def _json_or_protobuf(data: bytes, source: str, lazy: bool) -> Decoded:
     """A UTF-8 body that starts with a newline and then `{` or `[`: JSON after a blank line,
     or protobuf whose first field (tag 0x0A) is 91 or 123 bytes long and holds no random ids
     (a request with resource attributes but no spans is all text). JSON first; if that fails
     and the bytes parse as protobuf, protobuf; else the JSON error."""
     out = Decoded()
     try:
-        _decode_json(text, source, out, lazy)
+        _decode_json(data, source, out, lazy)
     except InputError as json_error:
         out = Decoded()
         try:
@@ -374,133 +373,64 @@ def _utf8(data: bytes, source: str) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def _decode_json(text: str, source: str, out: Decoded, lazy: bool) -> None:
-    mend = may_hold_lone_surrogates(text)
-    for line, document in _json_documents(text, source):
-        json_document(document, mend, source, line, out, lazy)
-
-
-def json_document(
-    document: Any, mend: bool, source: str, line: int | None, out: Decoded, lazy: bool
-) -> None:
-    """One parsed OTLP/JSON document (a request, or a list of them) into `out`; `mend` when
-    its text may hold lone surrogates (`sanitize`), which become U+FFFD and are counted."""
-    if mend:
-        document, mended = mend_surrogates(document)
-        if mended:
-            out.invalid_unicode += mended
-            logger.warning(
-                "%s%s: %d strings held unpaired UTF-16 surrogates, replaced by U+FFFD",
-                source,
-                "" if line is None else f":{line}",
-                mended,
-            )
-    if type(document) is list:
-        for item in document:
-            _json_request(item, source, line, out, lazy)
-    else:
-        _json_request(document, source, line, out, lazy)
-
-
-def _json_documents(text: str, source: str) -> Iterator[tuple[int | None, Any]]:
-    """(line, document) for each JSON document in `text`.
-
-    JSON lines (the first line is a whole document): one document per non-blank line, each
-    reported with its line number. Otherwise concatenated documents, each reported with the
-    line it starts on, or with no line when the text is one single document.
-    """
-    start = _skip_ws(text, 0)
-    if start == len(text):
-        return
-    newline = text.find("\n", start)
-    if newline != -1 and _skip_ws(text, newline) != len(text):
-        try:
-            first = otlp_json.loads(text[start:newline])
-        except (ValueError, RecursionError):  # JSONDecodeError, or too deep or long a value
-            pass
-        else:
-            first_line = text.count("\n", 0, start) + 1
-            yield first_line, first
-            yield from _json_lines(text, newline + 1, first_line + 1, source)
-            return
-    document = otlp_json.loads_one(text)  # one document: orjson; otherwise `json`, as before
-    if document is not otlp_json.NOT_ONE_DOCUMENT:
-        yield None, document
-        return
-    line = text.count("\n", 0, start) + 1
-    pos = start
-    while pos < len(text):
-        try:
-            document, end = _decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                source, f"invalid JSON at column {exc.colno}: {exc.msg}", line=exc.lineno
-            ) from None
-        except (ValueError, RecursionError) as exc:
-            raise InputError(source, json_problem(exc), line=line) from None
-        after = _skip_ws(text, end)
-        only = pos == start and after == len(text)
-        yield (None if only else line), document
-        line += text.count("\n", pos, after)
-        pos = after
-
-
-def _json_lines(text: str, pos: int, line: int, source: str) -> Iterator[tuple[int | None, Any]]:
-    size = len(text)
-    while pos < size:
-        end = text.find("\n", pos)
-        if end == -1:
-            end = size
-        chunk = text[pos:end]
-        if chunk.strip():
-            try:
-                document = otlp_json.loads(chunk)
-            except (ValueError, RecursionError) as exc:
-                raise InputError(source, json_problem(exc), line=line) from None
-            yield line, document
-        pos = end + 1
-        line += 1
-
-
-def _skip_ws(text: str, pos: int) -> int:
-    size = len(text)
-    while pos < size and text[pos] in _JSON_WHITESPACE:
-        pos += 1
-    return pos
-
-
-def _json_request(document: Any, source: str, line: int | None, out: Decoded, lazy: bool) -> None:
-    if type(document) is not dict:
-        raise InputError(
-            source,
-            f"not OTLP: expected a JSON object with resourceSpans, got {type(document).__name__}",
-            line=line,
-        )
+def _decode_json(data: bytes, source: str, out: Decoded, lazy: bool) -> None:
+    """The requests of an OTLP/JSON text (one document, JSON lines or concatenated documents,
+    told apart by `otlp_json.read_text`) into `out`."""
     try:
-        if _TRACE_KEYS[0] in document or _TRACE_KEYS[1] in document:  # no generator: per line
-            seen, genai = otlp_json.walk_traces(document, out.spans, lazy=lazy)
-            out.span_count += seen
-            out.genai_span_count += genai
-        elif _LOG_KEYS[0] in document or _LOG_KEYS[1] in document:
-            seen, _ = otlp_json.walk_logs(document, out.logs, lazy=lazy)
-            out.log_count += seen
-        elif _has_any(document, _SKIPPED_KEYS):
-            logger.debug("%s: skipping a metrics/profiles request", source)
-        elif document:
-            keys = ", ".join(repr(k) for k in list(document)[:5])
-            raise InputError(
-                source, f"not OTLP: expected resourceSpans, got keys {keys}", line=line
+        spans, logs, seen, genai, log_count, mended = otlp_json.read_text(data, lazy)
+    except JsonReadError as exc:
+        raise json_refusal(exc, source, data) from None
+    out.spans += spans
+    out.logs += logs
+    out.span_count += seen
+    out.genai_span_count += genai
+    out.log_count += log_count
+    for line, count in mended:
+        note_mended(out, source, line, count)
+
+
+def note_mended(out: Decoded, source: str, line: int | None, count: int) -> None:
+    """Strings of one document that held unpaired UTF-16 surrogates, now U+FFFD: counted and
+    said (see `sanitize`)."""
+    out.invalid_unicode += count
+    logger.warning(
+        "%s%s: %d strings held unpaired UTF-16 surrogates, replaced by U+FFFD",
+        source,
+        "" if line is None else f":{line}",
+        count,
+    )
+
+
+def json_refusal(exc: JsonReadError, source: str, data: bytes) -> InputError:
+    """The one-line `InputError` for what the reader refused in `data` (a whole text, or one
+    line): for JSON it refused, `json`'s own message, asked of `json` now (error path only)."""
+    kind, message, line, detail = exc.args
+    if kind == "utf8":
+        return InputError(source, f"not UTF-8 text (byte {detail})")
+    if kind in ("otlp", "input"):
+        return InputError(source, message, line=line)
+    if kind == "walker":
+        if isinstance(detail, RecursionError):
+            return InputError(source, "attribute values nested too deeply", line=line)
+        return _walker_failed(source, line, "", detail)
+    raw = data[3:] if data[:3] == _BOM else data
+    how, start, end, too_deep = detail if len(detail) == 4 else (*detail[:2], None, detail[2])
+    fallback = "nested too deeply (arrays or objects inside each other)" if too_deep else "syntax"
+    try:
+        if how == "doc":
+            text = raw.decode("utf-8")
+            _decoder.raw_decode(text, len(raw[:start].decode("utf-8")))
+        else:
+            json.loads(raw[start:end].decode("utf-8") if end is not None else raw.decode("utf-8"))
+    except json.JSONDecodeError as err:
+        if how == "doc":
+            return InputError(
+                source, f"invalid JSON at column {err.colno}: {err.msg}", line=err.lineno
             )
-    except MalformedOTLP as exc:
-        raise InputError(source, str(exc), line=line) from None
-    except RecursionError:
-        raise InputError(source, "attribute values nested too deeply", line=line) from None
-    except _WALKER_ERRORS as exc:
-        raise _walker_failed(source, line, "", exc) from None
-
-
-def _has_any(document: dict[str, Any], keys: tuple[str, ...]) -> bool:
-    return any(key in document for key in keys)
+        return InputError(source, json_problem(err), line=line)
+    except (ValueError, RecursionError) as err:
+        return InputError(source, json_problem(err), line=line)
+    return InputError(source, f"invalid JSON: {fallback}", line=line)
 
 
 # -- protobuf ---------------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""Read OTLP JSON: parse it (`loads`) and walk it into `Span`s and `LogRecord`s.
+"""Read OTLP JSON: the wire core's reader (`attest_otel_wire.JsonReader`, `json.rs`) parses the
+text and walks it into `Span`s and `LogRecord`s in one pass, without a Python dict tree
+(docs/measurements.md, "OTLP/JSON read by the wire core").
 
 Both JSON dialects are read, per value, without a mode switch:
 
@@ -12,32 +14,29 @@ Ids are told apart by length (hex and base64 never share one). A key is looked u
 lowerCamelCase first, then as snake_case; an absent key and a proto3 default (0, "", [])
 mean the same thing, so `a or b` is a safe fallback for everything but `boolValue`.
 
-Non-GenAI spans become skeletons exactly as in `otlp_proto`; their `source` is the raw dict.
+Parsing follows Python's `json` exactly: what it reads is read (NaN, Infinity, integers of any
+size), what it refuses is refused, and its own message is asked for then (`refusal`). Unpaired
+surrogate escapes become U+FFFD, counted. Nesting stops past 1024 levels.
 
-Parsing. `loads` is `json.loads` with orjson doing the work (docs/measurements.md, "orjson
-for OTLP/JSON"). What orjson refuses (NaN and Infinity, numbers
-beyond a double, unpaired surrogate escapes, nesting past 1024 levels, every syntax error) is
-parsed again by `json`, so such input gives `json`'s value or its exact error. One difference
-remains, on input that is never valid OTLP: an integer literal outside -2**63 .. 2**64-1
-reads as the nearest float (as an `intValue`, the integer of that float).
+Non-GenAI spans become skeletons exactly as in `otlp_proto`; their `source` is a
+`JsonSpan`, the span's own text, which `hydrate` reads again. The helpers below read the rare
+spellings whose meaning is a Python builtin's (`int()` of a string, `float()`, base64, an id
+that is not plain hex, an enum by name): the reader hands them over, so they have one
+definition.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Iterator
 from typing import Any
 
-import orjson
+from attest_otel_wire import JsonMarks, JsonReader, JsonReadError, JsonSpan
 
 from attest_otel.ingest import candidate
-from attest_otel.ingest.candidate import is_genai_key, is_genai_name, is_genai_scope
+from attest_otel.ingest.candidate import is_genai_scope
 from attest_otel.ingest.otlp_common import (
-    SPAN_ID_BYTES,
     SPAN_KIND_NAMES,
     STATUS_CODE_NAMES,
-    TRACE_ID_BYTES,
     MalformedOTLP,
     base64_to_bytes,
     text_id_to_hex,
@@ -51,179 +50,17 @@ if tuple(f.name for f in dataclasses.fields(LogRecord)) != (
     "time_ns",
     "body",
     "attributes",
-):  # pragma: no cover - a guard for whoever edits ingest/span.py
-    raise ImportError("model.LogRecord fields changed: update walk_logs' LogRecord(...)")
+):  # pragma: no cover - a guard for whoever edits model.py
+    raise ImportError("model.LogRecord fields changed: update json_walk.rs' LogRecord(...)")
 
-JsonObject = dict[str, Any]
+__all__ = ["JsonReadError", "JsonSpan", "hydrate", "read_line", "read_text"]
 
-# -- parsing ----------------------------------------------------------------------------------
-
-
-NOT_ONE_DOCUMENT: Any = object()
-"""What `loads_one` returns when orjson cannot read the text as one document."""
-
-ORJSON_MAX_CHARS = 4 * 1024 * 1024
-"""Longer texts are left to `json`: orjson holds about 13-17 times the text while it parses
-(`json` 1-6 times), and the hostile-input bounds (docs/hostile-input.md) are in multiples of
-the input. One OTLP/JSON line or request is far shorter."""
-
-
-def loads(text: str) -> Any:
-    """`json.loads(text)`: the same value, or the same exception, read by orjson when it can.
-
-    Whatever orjson refuses is read by `json` again, so NaN, Infinity, numbers beyond a double,
-    unpaired surrogate escapes and every error come out exactly as before; integer literals
-    beyond 64 bits read as floats (module docstring). Texts longer than `ORJSON_MAX_CHARS`
-    are read by `json`."""
-    if len(text) > ORJSON_MAX_CHARS:
-        return json.loads(text)
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
-def loads_one(text: str) -> Any:
-    """The JSON document `text` holds (whitespace around it allowed), or `NOT_ONE_DOCUMENT`
-    when orjson cannot read it: several documents, invalid JSON, or anything orjson refuses.
-    The caller then reads it its own way (with `json`), which is where errors come from; so
-    it does texts longer than `ORJSON_MAX_CHARS`."""
-    if len(text) > ORJSON_MAX_CHARS:
-        return NOT_ONE_DOCUMENT
-    try:
-        document = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return NOT_ONE_DOCUMENT
-    return document
-
-
-# -- values -----------------------------------------------------------------------------------
-
-_STRING, _BOOL, _INT, _DOUBLE, _ARRAY, _KVLIST, _BYTES = range(7)
-_VALUE_KINDS: dict[str, int] = {
-    "stringValue": _STRING,
-    "string_value": _STRING,
-    "boolValue": _BOOL,
-    "bool_value": _BOOL,
-    "intValue": _INT,
-    "int_value": _INT,
-    "doubleValue": _DOUBLE,
-    "double_value": _DOUBLE,
-    "arrayValue": _ARRAY,
-    "array_value": _ARRAY,
-    "kvlistValue": _KVLIST,
-    "kvlist_value": _KVLIST,
-    "bytesValue": _BYTES,
-    "bytes_value": _BYTES,
-}
+# -- the rare spellings, read by Python's builtins ---------------------------------------------
 
 
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def any_value(value: Any) -> Any:
-    """An OTLP JSON AnyValue object -> str, bool, int, float, bytes, list, dict or None."""
-    if type(value) is not dict:
-        if value is None:
-            return None
-        raise MalformedOTLP(f"attribute value must be an object, got {_shown(value)}")
-    text = value.get("stringValue")
-    if type(text) is str:
-        return text
-    for key, item in value.items():
-        kind = _VALUE_KINDS.get(key)
-        if kind is None:
-            continue  # unknown fields are ignored (OTLP/JSON rule)
-        if kind == _STRING:
-            if type(item) is str:
-                return item
-        elif kind == _INT:
-            if type(item) is int:
-                return item
-            if type(item) is str:
-                try:
-                    return int(item)
-                except ValueError:
-                    pass
-            elif type(item) is float and item.is_integer():
-                return int(item)
-        elif kind == _DOUBLE:
-            if type(item) is float or type(item) is int or type(item) is str:
-                try:
-                    return float(item)
-                except ValueError:
-                    pass
-        elif kind == _BOOL:
-            if type(item) is bool:
-                return item
-        elif kind == _ARRAY:
-            if type(item) is dict:
-                return [any_value(v) for v in item.get("values") or ()]
-        elif kind == _KVLIST:
-            if type(item) is dict:
-                return attributes(item.get("values"))
-        elif kind == _BYTES and type(item) is str:
-            try:
-                return base64_to_bytes(item)
-            except ValueError:
-                pass
-        raise MalformedOTLP(f"bad {key}: {_shown(item)}")
-    return None  # {} is an empty AnyValue
-
-
-def attributes(kvs: Any) -> dict[str, Any]:
-    """A JSON list of {"key": k, "value": AnyValue} as a dict (a repeated key: the last wins)."""
-    if not kvs:
-        return {}
-    if type(kvs) is not list:
-        raise MalformedOTLP(f"attributes must be a list, got {_shown(kvs)}")
-    out: dict[str, Any] = {}
-    for kv in kvs:
-        # Subscripts, not `.get`: a key or value left out (and a kv that is no object) is
-        # rare, and `_key_value` then decides as the plain loop always did.
-        try:
-            key = kv["key"]
-            value = kv["value"]
-        except (KeyError, TypeError):
-            key, value = _key_value(kv)
-        if type(key) is not str:
-            key, value = _key_value(kv)
-        # `any_value`'s own first test, inlined: most values are strings.
-        text = value.get("stringValue") if type(value) is dict else None
-        out[key] = text if type(text) is str else any_value(value)
-    return out
-
-
-def _key_value(kv: Any) -> tuple[str, Any]:
-    key = kv.get("key", "") if type(kv) is dict else None  # omitted: "" (proto3)
-    if type(key) is not str:
-        raise MalformedOTLP(f'attribute must be {{"key": ..., "value": ...}}, got {_shown(kv)}')
-    return key, kv.get("value")
-
-
-def events(span: JsonObject) -> list[Event]:
-    found = span.get("events")
-    if not found:
-        return []
-    if type(found) is not list:
-        raise MalformedOTLP(f"events must be a list, got {_shown(found)}")
-    out = []
-    for ev in found:
-        if type(ev) is not dict:
-            raise MalformedOTLP(f"event must be an object, got {_shown(ev)}")
-        name = ev.get("name") or ""
-        if type(name) is not str:
-            raise MalformedOTLP(f"event name must be a string, got {_shown(name)}")
-        out.append(
-            Event(
-                name,
-                _time(ev.get("timeUnixNano") or ev.get("time_unix_nano") or 0, "event"),
-                attributes(ev.get("attributes")),
-            )
-        )
-    return out
 
 
 def _int(value: Any, what: str) -> int:
@@ -263,316 +100,86 @@ def _enum(value: Any, names: dict[str, int], what: str) -> int:
     raise MalformedOTLP(f"unknown {what} {_shown(value)}")
 
 
-def _list(obj: JsonObject, camel: str, snake: str, where: str) -> list[Any]:
-    found = obj.get(camel) or obj.get(snake)
-    if not found:
-        return []
-    if type(found) is not list:
-        raise MalformedOTLP(f"{camel} must be a list, got {_shown(found)}", where)
+def _int_of(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _float_of(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _bytes_of(text: str) -> bytes | None:
+    try:
+        return base64_to_bytes(text)
+    except ValueError:
+        return None
+
+
+READER = JsonReader(
+    Span,
+    Event,
+    LogRecord,
+    MalformedOTLP,
+    _shown,
+    text_id_to_hex,
+    _time,
+    _enum,
+    _int_of,
+    _float_of,
+    _bytes_of,
+    is_genai_scope,
+    SPAN_KIND_NAMES,
+    STATUS_CODE_NAMES,
+)
+
+_marks: tuple[tuple[tuple[str, ...], ...], JsonMarks] | None = None
+
+
+def marks() -> JsonMarks:
+    """`ingest.candidate`'s marks for the reader, made again when a dialect registers."""
+    global _marks
+    now = (
+        candidate.GENAI_KEY_PREFIXES,
+        candidate.GENAI_NAME_PREFIXES,
+        candidate.GENAI_NAME_SUFFIXES,
+        candidate.GENAI_EVENT_PREFIXES,
+    )
+    if _marks is None or _marks[0] != now:
+        _marks = (now, JsonMarks(*(list(group) for group in now)))
+    return _marks[1]
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+Read = tuple[list[Span], list[LogRecord], int, int, int, list[tuple[int | None, int]]]
+"""(spans, log records, spans seen, GenAI spans, log records seen, [(line, strings mended)])."""
+
+
+def read_text(data: bytes, lazy: bool) -> Read:
+    """Every request of a whole OTLP/JSON text: one document, JSON lines (when its first line
+    is a document of its own) or concatenated documents. Raises `JsonReadError`."""
+    found: Read = READER.read_text(data, lazy, marks())
     return found
 
 
-def _objects(found: Any, name: str, where: str) -> Iterator[tuple[int, JsonObject]]:
-    """The entries of the list `found` (`name`, under `where`) with their index; one list
-    check and one object check per entry, for the span and the log walkers alike."""
-    if type(found) is not list:
-        raise MalformedOTLP(f"{name} must be a list, got {_shown(found)}", where)
-    for j, entry in enumerate(found):
-        if type(entry) is not dict:
-            raise MalformedOTLP(f"expected an object, got {_shown(entry)}", f"{where}.{name}[{j}]")
-        yield j, entry
+def read_line(data: bytes, lazy: bool, first: bool) -> Any:
+    """One line of a JSON-lines file (`JsonReader.read_line`): None when blank."""
+    return READER.read_line(data, lazy, marks(), first)
 
 
-def _object(obj: Any, where: str) -> JsonObject:
-    if type(obj) is not dict:
-        raise MalformedOTLP(f"expected an object, got {_shown(obj)}", where)
-    return obj
-
-
-def _span_id(raw: Any, what: str) -> str:
-    """`text_id_to_hex` for a span id, with hex of the right length (the usual case) first."""
-    if type(raw) is str and len(raw) == 16:
-        try:
-            found = bytes.fromhex(raw)
-        except ValueError:
-            found = b""
-        if len(found) == SPAN_ID_BYTES:
-            return found.hex()
-    return text_id_to_hex(raw, SPAN_ID_BYTES, what)
-
-
-# -- walks ------------------------------------------------------------------------------------
-
-_TRACE_IDS: dict[str, str] = {}
-"""Raw trace id -> hex. Trace ids repeat across a request's spans, and across the requests of a
-file that has one span a line; strings only, so sharing them is safe. Cleared when large."""
-
-_RESOURCES: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
-"""The last few resource attribute lists `_resource` decoded that held only short strings, each
-as it must be written (`{"key": k, "value": {"stringValue": v}}`), with what it gave. Files of
-one span a line repeat their resource on every line."""
-
-_RESOURCES_KEPT = 4
-_CACHED_CHARS = 256
-"""Only short texts are kept, so hostile large strings are never pinned."""
-
-
-def _resource(kvs: Any) -> dict[str, Any]:
-    """`attributes(kvs)` for a resource, with the last few answers kept: a list equal to one
-    kept is answered with a copy of its dict (a C-level comparison and copy, a third of a
-    walk). A copy: each request's spans share their own dict, which the string limit may cut
-    in place (`sanitize.truncate_decoded`)."""
-    if kvs and type(kvs) is list:
-        for written, found in _RESOURCES:
-            if kvs == written:  # then every kv is {"key": k, "value": {"stringValue": v}}
-                return dict(found)
-    found = attributes(kvs)
-    if found and len(found) == len(kvs) and len(kvs) <= 64:
-        written = []
-        for key, value in found.items():
-            if type(value) is not str or len(value) > _CACHED_CHARS or len(key) > _CACHED_CHARS:
-                return found
-            written.append({"key": key, "value": {"stringValue": value}})
-        if kvs == written:  # no other fields, nothing else that reads the same
-            _RESOURCES.insert(0, (written, dict(found)))
-            del _RESOURCES[_RESOURCES_KEPT:]
+def hydrate(source: JsonSpan) -> tuple[dict[str, Any], list[Event]]:
+    """A skeleton's attributes and events, from its `JsonSpan`. Raises `JsonReadError`."""
+    found: tuple[dict[str, Any], list[Event]] = READER.hydrate(source, marks())
     return found
 
 
-def walk_traces(req: JsonObject, out: list[Span], *, lazy: bool) -> tuple[int, int]:
-    """Append one `Span` per span in the request object to `out`; return (seen, GenAI)."""
-    seen = genai = 0
-    key_heads = candidate.KEY_PREFIXES_BY_FIRST_CHAR  # rebuilt on registration
-    trace_ids = _TRACE_IDS
-    if len(trace_ids) > 4096:
-        trace_ids.clear()
-    append = out.append
-    # Paths for messages (`resourceSpans[0].scopeSpans[1]`) are only written on the way out.
-    for i, rs in enumerate(_list(req, "resourceSpans", "resource_spans", "")):
-        if type(rs) is not dict:
-            raise MalformedOTLP(f"expected an object, got {_shown(rs)}", f"resourceSpans[{i}]")
-        try:
-            resource = _resource(_object(rs.get("resource") or {}, "").get("attributes"))
-        except MalformedOTLP as exc:
-            exc.where = f"resourceSpans[{i}].resource"
-            raise
-        scope_spans = rs.get("scopeSpans") or rs.get("scope_spans")
-        if not scope_spans:
-            scope_spans = _list(
-                rs,
-                "instrumentationLibrarySpans",
-                "instrumentation_library_spans",
-                f"resourceSpans[{i}]",
-            )
-        for j, ss in _objects(scope_spans, "scopeSpans", f"resourceSpans[{i}]"):
-            scope = (
-                ss.get("scope")
-                or ss.get("instrumentationLibrary")
-                or ss.get("instrumentation_library")
-                or {}
-            )
-            if type(scope) is not dict:
-                raise MalformedOTLP(
-                    f"expected an object, got {_shown(scope)}",
-                    f"resourceSpans[{i}].scopeSpans[{j}].scope",
-                )
-            scope_name = scope.get("name") or ""
-            scope_version = scope.get("version") or ""
-            if type(scope_name) is not str or type(scope_version) is not str:
-                raise MalformedOTLP(
-                    "scope name and version must be strings",
-                    f"resourceSpans[{i}].scopeSpans[{j}].scope",
-                )
-            whole_scope = not lazy or is_genai_scope(scope_name)
-            spans = ss.get("spans")
-            if not spans:
-                continue
-            if type(spans) is not list:
-                raise MalformedOTLP(
-                    f"spans must be a list, got {_shown(spans)}",
-                    f"resourceSpans[{i}].scopeSpans[{j}]",
-                )
-            for k, s in enumerate(spans):
-                try:
-                    if type(s) is not dict:
-                        raise MalformedOTLP(f"expected an object, got {_shown(s)}")
-                    name = s.get("name") or ""
-                    if type(name) is not str:
-                        raise MalformedOTLP(f"name must be a string, got {_shown(name)}")
-                    kvs = s.get("attributes") or ()
-                    full = whole_scope or is_genai_name(name)
-                    if not full:
-                        for kv in kvs:  # inlined `is_genai_key`: this loop is the hot path
-                            key = kv.get("key")
-                            if type(key) is not str:
-                                continue
-                            heads = key_heads.get(key[:1])
-                            if heads is not None and key.startswith(heads):
-                                full = True
-                                break
-                    raw = s.get("traceId") or s.get("trace_id")
-                    trace_id = trace_ids.get(raw) if type(raw) is str else None
-                    if trace_id is None:
-                        trace_id = text_id_to_hex(raw, TRACE_ID_BYTES, "trace id")
-                        trace_ids[str(raw)] = trace_id
-                    span_id = _span_id(s.get("spanId") or s.get("span_id"), "span id")
-                    raw = s.get("parentSpanId") or s.get("parent_span_id")
-                    parent_id = _span_id(raw, "parent span id") if raw else None
-                    status = s.get("status")
-                    if status:
-                        if type(status) is not dict:
-                            raise MalformedOTLP(f"status must be an object, got {_shown(status)}")
-                        status_code = _enum(status.get("code") or 0, STATUS_CODE_NAMES, "status")
-                        status_message = status.get("message") or ""
-                        if type(status_message) is not str:
-                            raise MalformedOTLP(f"bad status message: {_shown(status_message)}")
-                    else:
-                        status_code, status_message = 0, ""
-                    kind = s.get("kind") or 0
-                    if type(kind) is not int:
-                        kind = _enum(kind, SPAN_KIND_NAMES, "span kind")
-                    # Times are decimal strings in OTLP/JSON: `_time`'s work, inlined for them
-                    # (up to 20 digits: longer ones take `_time`'s way, with its messages).
-                    raw = s.get("startTimeUnixNano") or s.get("start_time_unix_nano") or 0
-                    start = (
-                        int(raw) if type(raw) is str and len(raw) <= 20 and raw.isdecimal() else raw
-                    )
-                    if type(start) is not int or not 0 <= start <= _U64:
-                        start = _time(raw, "start")
-                    raw = s.get("endTimeUnixNano") or s.get("end_time_unix_nano") or 0
-                    end = (
-                        int(raw) if type(raw) is str and len(raw) <= 20 and raw.isdecimal() else raw
-                    )
-                    if type(end) is not int or not 0 <= end <= _U64:
-                        end = _time(raw, "end")
-                    # By position, in `Span`'s field order (checked by otlp_common).
-                    span = Span(
-                        trace_id,
-                        span_id,
-                        parent_id,
-                        name,
-                        start,
-                        end,
-                        kind,
-                        status_code,
-                        status_message,
-                        attributes(kvs) if full else {},
-                        events(s) if full and s.get("events") else [],
-                        resource,
-                        scope_name,
-                        scope_version,
-                        s,
-                    )
-                except MalformedOTLP as exc:
-                    exc.where = f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
-                    raise
-                except (AttributeError, TypeError, ValueError) as exc:
-                    raise MalformedOTLP(
-                        f"malformed span: {exc}", f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
-                    ) from None
-                seen += 1
-                if full:
-                    genai += 1
-                append(span)
-    return seen, genai
-
-
-def walk_logs(req: JsonObject, out: list[LogRecord], *, lazy: bool) -> tuple[int, int]:
-    """Append the GenAI log records of the request object to `out` (all if not `lazy`);
-    return (records seen, records kept)."""
-    seen = kept = 0
-    event_prefixes = candidate.GENAI_EVENT_PREFIXES
-    append = out.append
-    # Paths for messages are only written on the way out, as in `walk_traces`.
-    for i, rl in enumerate(_list(req, "resourceLogs", "resource_logs", "")):
-        if type(rl) is not dict:
-            raise MalformedOTLP(f"expected an object, got {_shown(rl)}", f"resourceLogs[{i}]")
-        scope_logs = rl.get("scopeLogs") or rl.get("scope_logs")
-        if not scope_logs:
-            continue
-        for j, sl in _objects(scope_logs, "scopeLogs", f"resourceLogs[{i}]"):
-            scope = sl.get("scope") or {}
-            if type(scope) is not dict:
-                raise MalformedOTLP(
-                    f"expected an object, got {_shown(scope)}",
-                    f"resourceLogs[{i}].scopeLogs[{j}].scope",
-                )
-            scope_name = scope.get("name") or ""
-            if type(scope_name) is not str:
-                raise MalformedOTLP(
-                    "scope name must be a string", f"resourceLogs[{i}].scopeLogs[{j}].scope"
-                )
-            whole_scope = not lazy or is_genai_scope(scope_name)
-            records = sl.get("logRecords") or sl.get("log_records")
-            if not records:
-                continue
-            if type(records) is not list:
-                raise MalformedOTLP(
-                    f"logRecords must be a list, got {_shown(records)}",
-                    f"resourceLogs[{i}].scopeLogs[{j}]",
-                )
-            for k, lr in enumerate(records):
-                seen += 1
-                try:
-                    if type(lr) is not dict:
-                        raise MalformedOTLP(f"expected an object, got {_shown(lr)}")
-                    event_name = lr.get("eventName") or lr.get("event_name") or ""
-                    if type(event_name) is not str:
-                        raise MalformedOTLP(f"event name must be a string: {_shown(event_name)}")
-                    kvs = lr.get("attributes") or ()
-                    keep = whole_scope or event_name.startswith(event_prefixes)
-                    if not keep:
-                        for kv in kvs:
-                            key = kv.get("key")
-                            if type(key) is not str:
-                                continue
-                            if is_genai_key(key):
-                                keep = True
-                                break
-                            if key == "event.name":
-                                named = any_value(kv.get("value"))
-                                if isinstance(named, str) and named.startswith(event_prefixes):
-                                    keep = True
-                                    break
-                    if not keep:
-                        continue
-                    raw = lr.get("traceId") or lr.get("trace_id")
-                    trace_id = text_id_to_hex(raw, TRACE_ID_BYTES, "trace id") if raw else ""
-                    raw = lr.get("spanId") or lr.get("span_id")
-                    span_id = _span_id(raw, "span id") if raw else ""
-                    record_attributes = attributes(kvs)
-                    if not event_name:
-                        named = record_attributes.get("event.name")
-                        event_name = named if isinstance(named, str) else ""
-                    raw = (
-                        lr.get("timeUnixNano")
-                        or lr.get("time_unix_nano")
-                        or lr.get("observedTimeUnixNano")
-                        or lr.get("observed_time_unix_nano")
-                        or 0
-                    )
-                    time = (
-                        int(raw) if type(raw) is str and len(raw) <= 20 and raw.isdecimal() else raw
-                    )
-                    if type(time) is not int or not 0 <= time <= _U64:
-                        time = _time(raw, "log")
-                    # By position, in `LogRecord`'s field order (checked at import, above).
-                    record = LogRecord(
-                        trace_id,
-                        span_id,
-                        event_name,
-                        time,
-                        any_value(lr.get("body")),
-                        record_attributes,
-                    )
-                except MalformedOTLP as exc:
-                    exc.where = f"resourceLogs[{i}].scopeLogs[{j}].logRecords[{k}]"
-                    raise
-                except (AttributeError, TypeError, ValueError) as exc:
-                    raise MalformedOTLP(
-                        f"malformed log record: {exc}",
-                        f"resourceLogs[{i}].scopeLogs[{j}].logRecords[{k}]",
-                    ) from None
-                kept += 1
-                append(record)
-    return seen, kept
+def loads(data: bytes) -> Any:
+    """The value `json.loads` gives for `data`, read by the reader's parser (or its
+    `JsonReadError`): for the tests that hold the parser to `json`."""
+    return READER.loads(data)

@@ -10,7 +10,8 @@ Both are decisions, counted on `decode.Decoded` and logged, never errors:
   adapters parse (`gen_ai.input.messages` is JSON the adapters load) and what a run carries.
   Cut JSON no longer parses: the adapters then keep it as text, which the rules still read.
 - **Unpaired UTF-16 surrogates.** JSON can spell them (`"\\ud800"`), UTF-8 cannot: such a
-  string would fail every later encoder (protobuf export, stdout). Each one becomes U+FFFD.
+  string would fail every later encoder (protobuf export, stdout). Each one becomes U+FFFD,
+  as the JSON reader parses it (the wire core's `json.rs`), counted on `Decoded`.
   Binary protobuf cannot carry them: upb refuses invalid UTF-8 in a string field, and the
   decoder reports that as an `InputError`.
 """
@@ -18,7 +19,6 @@ Both are decisions, counted on `decode.Decoded` and logged, never errors:
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from attest_otel.model import LogRecord, Span
@@ -33,23 +33,10 @@ TRUNCATION_MARKER = "…[truncated {n} chars]"
 
 _BYTES_MARKER = "...[truncated {n} bytes]"
 
-_SURROGATE_ESCAPE = re.compile(
-    r"\\u[dD](?:"
-    r"[89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"  # a high one not followed by a low one
-    r"|[c-fC-F][0-9a-fA-F]{2}"  # a low one not preceded by a high one:
-    r"(?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))"
-)
-"""An unpaired surrogate escape. Both cases start with the literal `\\u`, which `re` then
-looks for with a fast substring search (docs/measurements.md, "Unpaired surrogate
-search")."""
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
 __all__ = [
     "DEFAULT_MAX_ATTRIBUTE_CHARS",
     "TRUNCATION_MARKER",
     "json_problem",
-    "may_hold_lone_surrogates",
-    "mend_surrogates",
     "truncate_decoded",
     "truncate_span",
 ]
@@ -146,57 +133,6 @@ def _cut_span(span: Span, cutter: _Cutter) -> None:
             event.name = cutter.cut(event.name)
         if event.attributes:
             cutter.values(event.attributes)
-
-
-# -- unpaired surrogates (JSON only) ----------------------------------------------------------
-
-
-def may_hold_lone_surrogates(text: str) -> bool:
-    """Whether JSON text may spell an unpaired surrogate (`\\ud800` not followed by a low
-    surrogate, or a low one alone): one search, fast when the text has no `\\u` (most)."""
-    return _SURROGATE_ESCAPE.search(text) is not None
-
-
-def mend_surrogates(document: Any) -> tuple[Any, int]:
-    """`document` (parsed JSON) with each unpaired surrogate in its strings and keys replaced
-    by U+FFFD, changed in place where it can be; and how many strings were mended.
-    Iterative: parsed JSON can be as deep as the parser's recursion limit allows."""
-    count = 0
-
-    def mend(text: str) -> str:
-        nonlocal count
-        if _SURROGATE.search(text) is None:
-            return text
-        count += 1
-        return _SURROGATE.sub("\ufffd", text)
-
-    def mended_dict(obj: dict[str, Any]) -> dict[str, Any]:
-        if any(_SURROGATE.search(key) for key in obj):
-            return {mend(key): value for key, value in obj.items()}
-        return obj
-
-    holder: list[Any] = [document]
-    stack: list[Any] = [holder]
-    while stack:
-        node = stack.pop()
-        items = node.items() if type(node) is dict else enumerate(node)
-        changed: list[tuple[Any, Any]] = []
-        for key, value in items:
-            kind = type(value)
-            if kind is str:
-                fixed = mend(value)
-                if fixed is not value:
-                    changed.append((key, fixed))
-            elif kind is dict:
-                fixed_dict = mended_dict(value)
-                if fixed_dict is not value:
-                    changed.append((key, fixed_dict))
-                stack.append(fixed_dict)
-            elif kind is list:
-                stack.append(value)
-        for key, value in changed:
-            node[key] = value
-    return holder[0], count
 
 
 # -- messages ---------------------------------------------------------------------------------

@@ -45,11 +45,8 @@ from attest_otel.ingest.decode import (
     Decoded,
 )
 from attest_otel.ingest.gzip import GZIP_MAGIC, InflatesTooFar
-from attest_otel.ingest.sanitize import (
-    json_problem,
-    may_hold_lone_surrogates,
-    truncate_decoded,
-)
+from attest_otel.ingest.otlp_json import JsonReadError
+from attest_otel.ingest.sanitize import truncate_decoded
 from attest_otel.model import LogRecord, Span
 
 __all__ = ["DEFAULT_HOLD", "ByTrace", "iter_file"]
@@ -164,10 +161,6 @@ class _Cut:
             )
 
 
-class _Whole(Exception):
-    """The first line is not a JSON document of its own: not JSON lines."""
-
-
 def _json_lines(
     file: IO[bytes],
     source: str,
@@ -175,59 +168,52 @@ def _json_lines(
     cut: _Cut,
     whole: Callable[[], Iterator[Decoded]],
 ) -> Iterator[Decoded]:
-    lines = _lines(file, source)
+    """A request a line, each read by the wire core (`otlp_json.read_line`) straight from its
+    bytes. A line's refusal is handed back by the reader and raised here, so a file's faults
+    come in the order `decode_file` meets them: the next line's invalid UTF-8 before this
+    line's invalid OTLP."""
+    lines = _lines(file, source, lazy)
     first = next(lines, None)
     if first is None:
         return
-    try:
-        document = _first_document(first[2])
-    except _Whole:
-        yield from whole()
+    if first[2][6] is not None and first[2][6][0] == "json":
+        yield from whole()  # the first line is not a JSON document of its own
         return
     second = next(lines, None)
     # One document alone in the file: `decode_file` names no line in its errors.
-    line: int | None = first[0] if second is not None else None
-    yield _json_request(document, first[2], source, line, lazy, cut)
+    yield _json_request(first, source, first[0] if second is not None else None, cut)
     while second is not None:
-        number, _, text = second
-        try:
-            document = otlp_json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise InputError(source, json_problem(exc), line=number) from None
-        yield _json_request(document, text, source, number, lazy, cut)
+        yield _json_request(second, source, second[0], cut)
         second = next(lines, None)
 
 
-def _first_document(text: str) -> Any:
-    try:
-        return otlp_json.loads(text)
-    except (ValueError, RecursionError):
-        raise _Whole from None
+Line = tuple[int, bytes, Any]
+"""(line number, its bytes, what `otlp_json.read_line` read of them)."""
 
 
-def _lines(file: IO[bytes], source: str) -> Iterator[tuple[int, int, str]]:
-    """(line number, byte offset, text) of each line that is not blank, BOM cut off."""
+def _lines(file: IO[bytes], source: str, lazy: bool) -> Iterator[Line]:
+    """Each line that is not blank, read."""
     offset = 0
     for number, raw in enumerate(file, start=1):
         try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(source, f"not UTF-8 text (byte {offset + exc.start})") from None
-        if number == 1 and text.startswith("\ufeff"):
-            text = text[1:]
-        if text.endswith("\n"):  # as `decode_file` cuts the text at each newline
-            text = text[:-1]
+            found = otlp_json.read_line(raw, lazy, number == 1)
+        except JsonReadError as exc:
+            raise InputError(source, f"not UTF-8 text (byte {offset + exc.args[3]})") from None
         offset += len(raw)
-        if text.strip():
-            yield number, offset - len(raw), text
+        if found is not None:
+            yield number, raw, found
 
 
-def _json_request(
-    document: Any, text: str, source: str, line: int | None, lazy: bool, cut: _Cut
-) -> Decoded:
-    out = Decoded()
-    decode.json_document(document, may_hold_lone_surrogates(text), source, line, out, lazy)
-    cut(out, len(text))
+def _json_request(read: Line, source: str, line: int | None, cut: _Cut) -> Decoded:
+    _, raw, (spans, logs, seen, genai, log_count, mended, refused) = read
+    if refused is not None:
+        kind, message, _, detail = refused
+        text = raw[:-1] if raw.endswith(b"\n") else raw  # as the reader read it
+        raise decode.json_refusal(JsonReadError(kind, message, line, detail), source, text)
+    out = Decoded(spans, logs, seen, genai, log_count)
+    if mended:
+        decode.note_mended(out, source, line, mended)
+    cut(out, len(raw))
     return out
 
 

@@ -3,7 +3,7 @@
 attest_otel/sidecar/wire.py is its Python face and says what each walk is for.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 Buffer = bytes | bytearray
@@ -98,3 +98,47 @@ class Decoder:
     def traces_outline(data: Buffer) -> tuple[int, int]: ...
     @staticmethod
     def looks_like_logs(data: Buffer) -> bool: ...
+# -- the OTLP/JSON reader (json.rs, json_walk.rs, json_read.rs) ----------------------------
+
+class JsonReadError(ValueError):
+    """args: (kind, message, line, detail); kind is "json", "utf8", "otlp", "input" or
+    "walker"."""
+
+class JsonMarks:
+    def __init__(
+        self,
+        key_prefixes: list[str],
+        name_prefixes: list[str],
+        name_suffixes: list[str],
+        event_prefixes: list[str],
+    ) -> None: ...
+
+class JsonSpan:
+    def __init__(self, text: str, content: bool | None = None) -> None: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def has_content(self) -> bool: ...
+
+class JsonReader:
+    def __init__(
+        self,
+        span: Any,
+        event: Any,
+        log: Any,
+        malformed: Any,
+        shown: Callable[[Any], str],
+        text_id: Callable[[Any, int, str], str],
+        time: Callable[[Any, str], int],
+        enumeration: Callable[[Any, dict[str, int], str], int],
+        int_of: Callable[[str], int | None],
+        float_of: Callable[[str], float | None],
+        bytes_of: Callable[[str], bytes | None],
+        genai_scope: Callable[[str], bool],
+        kinds: dict[str, int],
+        statuses: dict[str, int],
+    ) -> None: ...
+    def read_text(self, data: bytes, lazy: bool, marks: JsonMarks) -> Any: ...
+    def read_line(self, data: bytes, lazy: bool, marks: JsonMarks, first: bool) -> Any: ...
+    def hydrate(self, source: JsonSpan, marks: JsonMarks) -> Any: ...
+    def loads(self, data: bytes) -> Any: ...

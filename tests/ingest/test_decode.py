@@ -37,6 +37,7 @@ from attest_otel.ingest.decode import (
     is_skeleton,
 )
 from attest_otel.ingest.otlp_proto import SpanSource
+from attest_otel.ingest.otlp_json import JsonSpan
 from attest_otel.model import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
 from tests import otlp_encodings as encodings
 from tests.otlp_encodings import length_prefixed, to_protobuf_json, to_protobuf_json_snake_case
@@ -319,11 +320,11 @@ def test_content_type_or_sniffing_picks_the_encoding(
     ]
 
 
-def test_json_spans_keep_the_raw_dict_as_source() -> None:
+def test_json_spans_keep_their_own_text_as_source() -> None:
     decoded = decode_bytes(to_otlp_json(sdk_traces()))
     agent = by_name(decoded)["invoke_agent shop"]
-    assert isinstance(agent.source, dict)
-    assert agent.source["name"] == "invoke_agent shop"
+    assert isinstance(agent.source, JsonSpan)
+    assert json.loads(agent.source.text)["name"] == "invoke_agent shop"
 
 
 def test_a_pretty_printed_protobuf_json_file_decodes(tmp_path: Path) -> None:

@@ -1,37 +1,44 @@
-"""`otlp_json.loads` reads JSON with orjson but must read (and refuse) what `json.loads` does,
-and the JSON walkers must give the same spans and errors whichever parser read the text
-(issue 12). Where the two parsers differ (NaN, Infinity, huge numbers, unpaired surrogates,
-errors), `loads` gives `json`'s outcome; integers beyond 64 bits, which orjson reads as floats,
-are made up for by the walkers, so decoded spans and errors are `json`'s there too."""
+"""The wire core's OTLP/JSON reader (`otlp_json`, `json.rs`/`json_walk.rs`) must read (and
+refuse) what `json.loads` does, and give the spans, log records and errors the Python walker
+gave on `json`'s reading (`json_reference`, kept as the oracle; issues 12 and 30)."""
 
 from __future__ import annotations
 
 import json
 import math
+import pickle
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attest_otel.ingest import otlp_json
-from attest_otel.ingest.otlp_common import MalformedOTLP
-from attest_otel.ingest.sanitize import may_hold_lone_surrogates
-from attest_otel.model import LogRecord, Span
+from attest_otel.errors import InputError
+from attest_otel.ingest import decode, otlp_json
+from attest_otel.ingest.decode import decode_bytes
+from attest_otel.ingest.otlp_json import JsonReadError
+from tests.ingest import json_reference
+from tests.ingest.json_reference import mend_surrogates
 
 T = "0af7651916cd43dd8448eb211c80319c"
 
 
 def outcome(parse: Any, text: str) -> tuple[str, str]:
-    """What a parser makes of `text`: ("ok", repr of the value with its types) or the error."""
+    """What a parser makes of `text`: ("ok", repr of the value with its types) or "error"."""
     try:
         value = parse(text)
-    except RecursionError:
-        return ("error", "RecursionError")
-    except ValueError as exc:  # JSONDecodeError, or int's 4300-digit limit
-        return ("error", f"{type(exc).__name__}: {exc}")
+    except (ValueError, RecursionError):  # JSONDecodeError, int's 4300 digits, JsonReadError
+        return ("error", "")
     return ("ok", typed_repr(value))
+
+
+def ours(text: str) -> Any:
+    return otlp_json.loads(text.encode())
+
+
+def json_loads(text: str) -> Any:
+    """`json.loads` with unpaired surrogates mended, as the reader reads them."""
+    return mend_surrogates(json.loads(text))[0]
 
 
 def typed_repr(value: Any) -> str:
@@ -97,55 +104,34 @@ EDGE_CASES = [
 ]
 
 
-def _int_as_orjson_reads_it(digits: str) -> int | float:
-    """orjson reads an integer beyond 64 bits as a float (if a double holds it: if not, it
-    refuses the text and `loads` leaves it to `json`): never valid OTLP, so not made up for."""
-    number = int(digits)
-    if -(2**63) <= number <= 2**64 - 1:
-        return number
-    approximate = float(digits)
-    return approximate if math.isfinite(approximate) else number
-
-
-def json_loads(text: str) -> Any:
-    """What `loads` promises: `json.loads`, but for integers beyond 64 bits in a text orjson
-    reads (a text it refuses is all `json`'s)."""
-    try:
-        orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-    return json.loads(text, parse_int=_int_as_orjson_reads_it)
-
-
 @pytest.mark.parametrize("text", EDGE_CASES)
-def test_loads_reads_and_refuses_what_json_does(text: str) -> None:
-    assert outcome(otlp_json.loads, text) == outcome(json_loads, text)
+def test_the_parser_reads_and_refuses_what_json_does(text: str) -> None:
+    assert outcome(ours, text) == outcome(json_loads, text)
 
 
-def test_loads_reads_integers_beyond_64_bits_as_floats_and_no_other_number() -> None:
-    assert otlp_json.loads("[18446744073709551615, -9223372036854775808]") == [2**64 - 1, -(2**63)]
-    found = otlp_json.loads("[18446744073709551616, -9223372036854775809]")
-    assert [type(x) for x in found] == [float, float]
-    assert otlp_json.loads("1" + "0" * 400) == 10**400  # no double holds it: json reads it
+def test_integers_of_any_size_read_as_json_reads_them() -> None:
+    assert ours("[18446744073709551616, -9223372036854775809]") == [2**64, -(2**63) - 1]
+    assert ours("1" + "0" * 400) == 10**400
 
 
-def test_loads_gives_json_s_own_error_messages() -> None:
+def test_nesting_is_refused_past_1024_levels() -> None:
+    deep = "[" * 1024 + "]" * 1024
+    assert ours(deep) is not None
+    with pytest.raises(JsonReadError) as refused:
+        ours("[" * 1025 + "]" * 1025)
+    assert refused.value.args[3][2] is True  # too deep
+    body = ('{"resourceSpans": ' + "[" * 1100 + "]" * 1100 + "}").encode()
+    with pytest.raises(InputError, match="nested too deeply"):
+        decode_bytes(body)
+
+
+def test_refused_json_is_told_in_json_s_own_words() -> None:
     for text in ('{"resourceSpans": [}', '{"a": 1', "[1, 2", '{"a": "\x01"}'):
-        with pytest.raises(json.JSONDecodeError) as ours:
-            otlp_json.loads(text)
         with pytest.raises(json.JSONDecodeError) as theirs:
             json.loads(text)
-        assert (ours.value.msg, ours.value.pos) == (theirs.value.msg, theirs.value.pos)
-
-
-def test_nesting_is_refused_past_orjson_s_1024_levels_as_json_refuses_it() -> None:
-    """The one documented change: orjson reads up to 1024 levels wherever it is called from;
-    `json` stopped at the interpreter's recursion limit (986 levels from the command line).
-    Deeper documents are refused the same way as before."""
-    deep = "[" * 1024 + "]" * 1024
-    assert otlp_json.loads(deep) is not None
-    with pytest.raises(RecursionError):
-        otlp_json.loads("[" * 1025 + "]" * 1025)
+        with pytest.raises(InputError) as refused:
+            decode_bytes(text.encode(), "application/json")
+        assert f"column {theirs.value.colno}: {theirs.value.msg}" in str(refused.value)
 
 
 JSON_VALUES = st.recursive(
@@ -166,39 +152,15 @@ JSON_VALUES = st.recursive(
 @given(JSON_VALUES, st.booleans())
 def test_any_json_text_reads_as_json_reads_it(value: Any, compact: bool) -> None:
     text = json.dumps(value, separators=(",", ":") if compact else None, ensure_ascii=compact)
-    assert outcome(otlp_json.loads, text) == outcome(json_loads, text)
+    if not compact:  # raw characters, unpaired surrogates aside (UTF-8 cannot carry them)
+        text = json.dumps(json_loads(text), ensure_ascii=False)
+    assert outcome(ours, text) == outcome(json_loads, text)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet='{}[]:,"\\ud800aeE0123456789.-+ \n', max_size=30))
+@given(st.text(alphabet='{}[]:,"\\ud8c0aeEINfinityNul0123456789.-+ \n\t', max_size=30))
 def test_any_json_like_text_reads_or_fails_as_json_does(text: str) -> None:
-    assert outcome(otlp_json.loads, text)[0] == outcome(json.loads, text)[0]
-
-
-def test_loads_one_reads_one_document_and_leaves_the_rest_to_json() -> None:
-    assert otlp_json.loads_one('\n {"a": [1, 2]} \n') == {"a": [1, 2]}
-    for text in ("{} {}", "{}\n{}", '{"a": NaN}', '"\\ud800"', "{", "[" * 2000 + "]" * 2000):
-        assert otlp_json.loads_one(text) is otlp_json.NOT_ONE_DOCUMENT
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ('"plain"', False),
-        ('"\\u00e9"', False),
-        ('"\\ud83d\\ude00"', False),
-        ('"\\uD83D\\uDE00"', False),
-        ('"\\ud800"', True),
-        ('"\\uDBFF x"', True),
-        ('"\\udc00"', True),
-        ('"\\uDFFF"', True),
-        ('"\\ud800\\ud800\\udc00"', True),
-        ('"\\ud83d\\ude00\\ude00"', True),
-        ('"\\ud7ff\\ue000"', False),
-    ],
-)
-def test_may_hold_lone_surrogates(text: str, expected: bool) -> None:
-    assert may_hold_lone_surrogates(text) is expected
+    assert outcome(ours, text) == outcome(json_loads, text)
 
 
 # -- the walkers: the same spans and errors as on `json`'s reading, but for the integers ----------
@@ -224,31 +186,11 @@ def attrs(value: str, key: str = "gen_ai.x") -> str:
     )
 
 
-def walked(parse: Any, text: str, lazy: bool = True) -> tuple[str, str]:
-    """The spans (skeletons hydrated, as `decode.hydrate` does) and log records walked from
-    `text` read by `parse`, or the walker's error."""
-    spans: list[Span] = []
-    logs: list[LogRecord] = []
-    try:
-        document = parse(text)
-        items = document if type(document) is list else [document]
-        for item in items:
-            if "resourceLogs" in item:
-                otlp_json.walk_logs(item, logs, lazy=lazy)
-            else:
-                otlp_json.walk_traces(item, spans, lazy=lazy)
-        for one in spans:
-            if not one.attributes and not one.events and isinstance(one.source, dict):
-                one.attributes = otlp_json.attributes(one.source.get("attributes"))
-                one.events = otlp_json.events(one.source)
-    except MalformedOTLP as exc:
-        return ("error", str(exc))
-    except (RecursionError, ValueError, TypeError, AttributeError) as exc:
-        return ("error", type(exc).__name__)
-    return ("ok", typed_repr([(repr(s), s.attributes, s.events) for s in spans] + logs))
+def walked(text: str, lazy: bool = True) -> tuple[Any, ...]:
+    return json_reference.decoded(text.encode(), lazy)
 
 
-BIG = "18446744073709551617"  # 2**64 + 1: orjson reads it as 1.8446744073709552e+19
+BIG = "18446744073709551617"  # 2**64 + 1: beyond 64 bits
 WALKED = [
     request(span(1)),
     request(span(1, extra=f', "kind": {BIG}')),  # json: an int kind, kept
@@ -287,22 +229,14 @@ WALKED = [
 
 @pytest.mark.parametrize("text", WALKED)
 @pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "whole"])
-def test_walks_give_json_s_spans_and_errors_but_for_integers_past_64_bits(
-    text: str,
-    lazy: bool,
-) -> None:
+def test_the_reader_gives_the_python_walker_s_spans_and_errors(text: str, lazy: bool) -> None:
     json.loads(text)  # every case is valid JSON
-    assert walked(otlp_json.loads, text, lazy) == walked(json_loads, text, lazy)
+    assert walked(text, lazy) == json_reference.read(text, lazy)
 
 
-def test_an_int_value_past_64_bits_reads_as_the_integer_of_its_nearest_float() -> None:
-    spans: list[Span] = []
-    otlp_json.walk_traces(
-        otlp_json.loads(request(span(1, attributes=attrs(f'{{"intValue": {BIG}}}')))),
-        spans,
-        lazy=True,
-    )
-    assert spans[0].attributes["gen_ai.x"] == int(float(BIG)) != int(BIG)
+def test_an_int_value_past_64_bits_reads_as_json_reads_it() -> None:
+    decoded = decode_bytes(request(span(1, attributes=attrs(f'{{"intValue": {BIG}}}'))).encode())
+    assert decoded.spans[0].attributes["gen_ai.x"] == int(BIG)
 
 
 @settings(max_examples=200, deadline=None)
@@ -336,45 +270,66 @@ def test_an_int_value_past_64_bits_reads_as_the_integer_of_its_nearest_float() -
     st.sampled_from(["chat m", "GET /x"]),
     st.sampled_from(["", ', "kind": 2', f', "kind": {BIG}', ', "startTimeUnixNano": 7']),
 )
-def test_random_attribute_values_walk_the_same_whichever_parser_read_them(
+def test_random_attribute_values_read_as_the_python_walker_read_them(
     values: list[str], key: str, name: str, extra: str
 ) -> None:
     kvs = (
         "[" + ", ".join(f'{{"key": "{key}{i}", "value": {v}}}' for i, v in enumerate(values)) + "]"
     )
     text = request(span(1, extra=extra, attributes=kvs, name=name))
-    assert walked(otlp_json.loads, text) == walked(json_loads, text)
+    assert walked(text) == json_reference.read(text)
 
 
-def test_texts_over_the_orjson_limit_are_read_by_json_which_holds_less_memory() -> None:
-    long = '{"a": "' + "x" * otlp_json.ORJSON_MAX_CHARS + '"}'
-    assert otlp_json.loads(long) == {"a": "x" * otlp_json.ORJSON_MAX_CHARS}
-    assert otlp_json.loads_one(long) is otlp_json.NOT_ONE_DOCUMENT
-
-
-def test_a_repeated_resource_is_a_fresh_equal_dict_for_every_request() -> None:
-    """Resources seen before are answered from a small cache: never the same dict (the string
-    limit cuts dicts in place), never for lists that only compare equal in part."""
+def test_the_spans_of_a_resource_share_its_dict_and_each_request_has_its_own() -> None:
+    """The string limit cuts a resource's dict in place (`sanitize.truncate_decoded`)."""
     resource = '[{"key": "service.name", "value": {"stringValue": "shop"}}]'
-    first: list[Span] = []
-    second: list[Span] = []
-    otlp_json.walk_traces(json.loads(request(span(1), resource=resource)), first, lazy=True)
+    first = decode_bytes(request(span(1), span(2), resource=resource).encode()).spans
+    assert first[0].resource is first[1].resource
     first[0].resource["service.name"] = "cut"
-    otlp_json.walk_traces(json.loads(request(span(2), resource=resource)), second, lazy=True)
+    second = decode_bytes(request(span(3), resource=resource).encode()).spans
     assert second[0].resource == {"service.name": "shop"}
-    for other, expected in [
-        (
-            '[{"key": "service.name", "value": {"stringValue": "shop", "x": 1}}]',
-            {"service.name": "shop"},
-        ),
-        ('[{"key": "service.name", "value": {"intValue": "5"}}]', {"service.name": 5}),
-        (resource[:-1] + ", " + resource[1:], {"service.name": "shop"}),
-        (
-            '[{"key": "service.name", "value": {"stringValue": "' + "x" * 300 + '"}}]',
-            {"service.name": "x" * 300},
-        ),
-    ]:
-        for _ in range(2):
-            found: list[Span] = []
-            otlp_json.walk_traces(json.loads(request(span(3), resource=other)), found, lazy=True)
-            assert found[0].resource == expected
+
+
+# -- the span source (`JsonSpan`) -----------------------------------------------------------------
+
+
+def test_a_skeleton_keeps_its_text_and_comes_back_from_pickle_without_a_parse() -> None:
+    text = request(span(1, name="GET /x", attributes=attrs('{"intValue": "7"}', key="http.x")))
+    skeleton = decode_bytes(text.encode()).spans[0]
+    source = skeleton.source
+    assert isinstance(source, otlp_json.JsonSpan) and source.has_content
+    assert json.loads(source.text)["name"] == "GET /x"
+    again = pickle.loads(pickle.dumps(source))
+    assert again == source and again.has_content
+    assert otlp_json.hydrate(again)[0] == {"http.x": 7, "k": "v"}
+    assert not otlp_json.JsonSpan('{"name": "x", "attributes": []}').has_content
+    with pytest.raises(ValueError):
+        otlp_json.JsonSpan("[1]")
+
+
+def test_lines_blank_to_python_are_skipped_and_others_refused_with_json_s_words() -> None:
+    good = request(span(1)).encode()
+    assert otlp_json.read_line(b" \xc2\xa0\x1c\t\n", True, False) is None  # NBSP, FS: blank
+    assert otlp_json.read_line(b"\xef\xbb\xbf" + good + b"\n", True, True)[2] == 1
+    refused = otlp_json.read_line(b"\xef\xbb\xbf" + good, True, False)[6]
+    assert refused is not None and refused[0] == "json"  # a BOM only opens the first line
+    with pytest.raises(JsonReadError) as bad:
+        otlp_json.read_line(b'{"a": "\xff"}', True, False)
+    assert bad.value.args[:1] == ("utf8",) and bad.value.args[3] == 7
+
+
+def test_hydrate_cuts_long_strings_and_skips_the_cut_walk_for_a_short_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    value = '{"stringValue": "' + "x" * 50 + '"}'
+    text = request(span(1, name="GET /x", attributes=attrs(value, key="http.x")))
+    skeleton = decode_bytes(text.encode()).spans[0]
+    long = decode_bytes(text.encode()).spans[0]
+    assert decode.hydrate(long, max_attribute_chars=10).attributes["http.x"].startswith("x" * 10)
+    assert len(long.attributes["http.x"]) < 50
+
+    def walked(*_: Any) -> int:
+        raise AssertionError("a span text no longer than the limit holds nothing to cut")
+
+    monkeypatch.setattr(decode, "truncate_span", walked)
+    assert decode.hydrate(skeleton, max_attribute_chars=len(text)).attributes["http.x"] == "x" * 50

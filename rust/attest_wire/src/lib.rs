@@ -16,6 +16,10 @@ pub mod decode;
 #[rustfmt::skip]
 pub mod fields;
 pub mod logs;
+pub mod json;
+pub mod json_read;
+pub mod json_values;
+pub mod json_walk;
 pub mod probe;
 pub mod schema;
 pub mod varint;
@@ -571,6 +575,7 @@ impl Substrings {
 fn attest_otel_wire(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WireError", m.py().get_type::<WireError>())?;
     m.add("MAX_DEPTH", check::MAX_DEPTH)?;
+    json_read::register(m)?;
     m.add_class::<KeyFinder>()?;
     m.add_class::<Marks>()?;
     m.add_class::<Substrings>()?;
