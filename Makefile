@@ -42,8 +42,10 @@ lint: setup
 test-deps:
 	@bash tools/test-deps.sh
 
+# pytest in two workers (pytest-xdist): most tests wait on servers they start, so two share
+# the two cores better than one; each test starts its servers on free loopback ports.
 test: setup lint test-deps rust-test fuzz-short
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 # The wire core's own tests (Rust: the varint, the validator's and the cut's edge cases).
 # Without `extension-module` (maturin turns it on) the test binary links libpython, as PyO3

@@ -98,6 +98,7 @@ class Decoder:
     def traces_outline(data: Buffer) -> tuple[int, int]: ...
     @staticmethod
     def looks_like_logs(data: Buffer) -> bool: ...
+
 # -- the OTLP/JSON reader (json.rs, json_walk.rs, json_read.rs) ----------------------------
 
 class JsonReadError(ValueError):

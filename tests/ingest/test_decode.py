@@ -36,8 +36,8 @@ from attest_otel.ingest.decode import (
     hydrate,
     is_skeleton,
 )
-from attest_otel.ingest.otlp_proto import SpanSource
 from attest_otel.ingest.otlp_json import JsonSpan
+from attest_otel.ingest.otlp_proto import SpanSource
 from attest_otel.model import STATUS_ERROR, STATUS_OK, STATUS_UNSET, Event, Span
 from tests import otlp_encodings as encodings
 from tests.otlp_encodings import length_prefixed, to_protobuf_json, to_protobuf_json_snake_case
