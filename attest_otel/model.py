@@ -234,13 +234,26 @@ def json_safe(value: JSONValue) -> JSONValue:
     """`value` with what JSON cannot hold made text: bytes (an OTLP `bytesValue`) as UTF-8,
     invalid sequences replaced, at any depth; anything else non-JSON as `str`. A run's
     arguments and outputs go through this, so every writer can dump them."""
+    kind = type(value)
+    if kind in _JSON_SCALARS:  # the exact types first: most values are parsed JSON
+        return value
+    if kind is dict:
+        return {
+            key if type(key) is str else str(key): item
+            if type(item) in _JSON_SCALARS
+            else json_safe(item)
+            for key, item in value.items()
+        }
     if value is None or isinstance(value, str | bool | int | float):
         return value
     if isinstance(value, list | tuple):
-        return [json_safe(item) for item in value]
+        return [item if type(item) in _JSON_SCALARS else json_safe(item) for item in value]
     if isinstance(value, dict):
         return {str(key): json_safe(item) for key, item in value.items()}
     return _not_json(value)
+
+
+_JSON_SCALARS = frozenset((str, bool, int, float, type(None)))
 
 
 def _not_json(value: Any) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from attest_otel.adapt import TraceRuns, runs_from_spans
 from attest_otel.grade.grader import grade
 from attest_otel.grade.questions import Judge
-from attest_otel.ingest.decode import decode_file, hydrate
+from attest_otel.ingest.decode import decode_file, hydrate, transport_skeleton
 from attest_otel.model import CheckResult, Finding, LogRecord, Run, Span
 from attest_otel.policy import Policy
 
@@ -93,6 +93,7 @@ def read(
         fallbacks=how.fallbacks or None,
         dialects=how.policy.dialects,
         hydrate=hydrate,
+        transport=transport_skeleton,
         explain=explain,
     )
 

@@ -38,7 +38,7 @@ from attest_otel.adapt.base import (
 )
 from attest_otel.model import LogRecord, Span
 
-__all__ = ["GENERIC", "Generic", "bare_name", "protocol_span"]
+__all__ = ["GENERIC", "TRANSPORT_KEY_PREFIXES", "Generic", "bare_name", "protocol_span"]
 
 _TYPE_KEYS = (
     "span.type",
@@ -93,8 +93,11 @@ _CONTAINER_WORDS = frozenset(
 """A span name ending in one of these is a framework's wrapper, never a call or a run:
 per-step containers, streaming chunks, an `error` child of a tool span."""
 
-_NOT_GENAI = ("http.", "db.", "rpc.", "messaging.", "url.", "faas.", "network.")
-"""Keys of protocol spans: a `POST /v1/chat/completions` client span is not a model call."""
+TRANSPORT_KEY_PREFIXES = ("http.", "db.", "rpc.", "messaging.", "url.", "faas.", "network.")
+"""Keys of protocol spans: a `POST /v1/chat/completions` client span is not a model call.
+The JSON reader notes a skeleton with one (`ingest.decode.transport_skeleton`), so that
+`runs` need not hydrate it to hear `detect` say None."""
+_NOT_GENAI = TRANSPORT_KEY_PREFIXES
 
 _ARG_SUFFIXES = (
     ".input.value",

@@ -75,10 +75,12 @@ def dedupe(calls: list[Call]) -> list[Call]:
     kept: list[Call] = []
     by_id: dict[str, Call] = {}
     by_name: dict[str, list[Call]] = {}
+    last_end: dict[str, int] = {}
+    """Per name, the latest end of a kept call: a call starting after it has no twin there."""
     for call in calls:
         twin = by_id.get(call.call_id) if call.call_id is not None else None
         name = call.name if isinstance(call.name, str) else repr(call.name)
-        if twin is None:
+        if twin is None and last_end.get(name, call.start) >= call.start:
             # Twins start close together: the latest few calls of the same name will do, and
             # keep this linear in a trace with 100 000 calls of one tool.
             for other in reversed(by_name.get(name, ())[-_TWIN_WINDOW:]):
@@ -90,6 +92,9 @@ def dedupe(calls: list[Call]) -> list[Call]:
         if twin is None:
             kept.append(call)
             by_name.setdefault(name, []).append(call)
+            latest = last_end.get(name)
+            if latest is None or call.end > latest:
+                last_end[name] = call.end
             if call.call_id is not None:
                 by_id[call.call_id] = call
             continue
@@ -160,12 +165,26 @@ _PHASES = {
 _PHASE_SUFFIXES = (".event", "_event", ".phase", ".stage", ".lifecycle", "event.name")
 
 
+_phase_keys: dict[str, bool] = {}
+"""Attribute key -> whether it may name a lifecycle event: the same few keys come again on
+every tool span, so each is lower-cased and compared once (bounded: keys come from senders)."""
+
+
+def _phase_key(key: str) -> bool:
+    found = _phase_keys.get(key)
+    if found is None:
+        found = key.lower().endswith(_PHASE_SUFFIXES)
+        if len(_phase_keys) < 4096 and len(key) <= 256:
+            _phase_keys[key] = found
+    return found
+
+
 def _phase(call: Call) -> str | None:
     """The lifecycle event a tool span records (`tool.event = start`), if it is one."""
     if call.node is None:
         return None
     for key, value in call.node.span.attributes.items():
-        if isinstance(value, str) and len(value) < 16 and key.lower().endswith(_PHASE_SUFFIXES):
+        if isinstance(value, str) and len(value) < 16 and _phase_key(key):
             phase = _PHASES.get(value.strip().lower())
             if phase is not None:
                 return phase

@@ -85,12 +85,15 @@ def runs_from_spans(
     fallbacks: dict[str, list[str]] | None = None,
     dialects: Sequence[Dialect] = (),
     hydrate: Callable[[Span], Span] | None = None,
+    transport: Callable[[Span], bool] | None = None,
     explain: bool = False,
 ) -> list[TraceRuns]:
     """Runs per trace, traces in order of first appearance, runs in start order.
 
     `allowed_tools` / `fallbacks` are one-off overrides (CLI flags) that win over the policy
     file and the span attributes; None (or an empty `fallbacks`) leaves those in charge.
+    `transport` tells a skeleton known to be a transport span without hydrating it
+    (`ingest.decode.transport_skeleton`).
     """
     traces: dict[str, list[Span]] = {}
     for span in spans:
@@ -108,6 +111,7 @@ def runs_from_spans(
         fallbacks or None,
         tuple(dialects),
         hydrate,
+        transport,
         explain,
     )
     return [_build(tid, tspans, span_logs, settings) for tid, tspans in traces.items()]
@@ -139,6 +143,9 @@ class _Settings:
     hydrate: Callable[[Span], Span] | None = None
     """Fills in a lazily decoded span's attributes (`ingest.decode.hydrate`): the generic
     reader and declared dialects need keys the decoders' GenAI test does not keep."""
+    transport: Callable[[Span], bool] | None = None
+    """Whether a skeleton's keys, as its decoder saw them, mark a transport span, which the
+    generic reader never claims: such a span is hydrated only when its trace is read."""
     explain: bool = False
 
 
@@ -277,11 +284,14 @@ class _Trace:
                     dialects.append(found[0].name)
         generic = not makes_runs
         if generic:
-            unreadable += self._read_generic(nodes)
+            later: list[Node] = []
+            unreadable += self._read_generic(nodes, later)
             dialects = []  # in span order again: the generic reader claimed spans in between
             for node in nodes.values():
                 if node.dialect is not None and node.dialect.name not in dialects:
                     dialects.append(node.dialect.name)
+            if dialects and later:  # the trace is read: its spans as they always were
+                unreadable += self._hydrate(later)
         if not dialects:
             empty = TraceRuns(self.trace_id, [], [])
             if self.settings.explain:
@@ -337,13 +347,21 @@ class _Trace:
                     return found.group(1)
         return None
 
-    def _read_generic(self, nodes: dict[str, Node]) -> int:
+    def _read_generic(self, nodes: dict[str, Node], later: list[Node]) -> int:
         """The generic reader's pass over spans no dialect claimed, in a trace where no
-        dialect found an agent, tool or handoff span; returns how many it could not read."""
+        dialect found an agent, tool or handoff span; returns how many it could not read.
+
+        A skeleton its decoder saw a transport key in is not hydrated but put in `later`:
+        `detect` says None of it whatever its values, and most such traces (plain HTTP and
+        database traces) have nothing to read, so their spans are never hydrated at all."""
         hydrate = self.settings.hydrate
+        transport = self.settings.transport if hydrate is not None else None
         failed = 0
         for node in nodes.values():
             if node.dialect is not None:
+                continue
+            if transport is not None and transport(node.span):
+                later.append(node)
                 continue
             try:
                 if hydrate is not None:
@@ -355,6 +373,19 @@ class _Trace:
                 continue
             if role is not None:
                 node.dialect, node.role = GENERIC, role
+        return failed
+
+    def _hydrate(self, nodes: list[Node]) -> int:
+        """`nodes`' spans hydrated, as `_read_generic` would have; how many failed."""
+        hydrate = self.settings.hydrate
+        assert hydrate is not None
+        failed = 0
+        for node in nodes:
+            try:
+                hydrate(node.span)
+            except Exception:
+                log.debug("generic reader: span %s", node.span.span_id, exc_info=True)
+                failed += 1
         return failed
 
     def _assemble(self, build: RunBuild) -> Run:

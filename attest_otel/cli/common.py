@@ -143,6 +143,18 @@ def fewer_collections() -> None:
     gc.set_threshold(GC_THRESHOLD0, older, oldest)
 
 
+def settle() -> None:
+    """Leave every object alive now out of the cyclic collector's walks, for the rest of this
+    one-shot command (`gc.freeze`): called once a file is read, that is mostly its spans,
+    which live until their trace is graded and then go by reference counting (decoded
+    values hold no cycle). On a 30,000-call trace the collector walked them in every
+    older-generation collection while the run was graded (docs/measurements.md, "OTLP/JSON
+    read by the wire core")."""
+    import gc
+
+    gc.freeze()
+
+
 def json_document(value: Any) -> str:
     """`json.dumps(value, indent=2, ensure_ascii=False)`, the text every `--json` prints,
     written by orjson when that gives the same text.

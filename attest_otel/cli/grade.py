@@ -18,6 +18,7 @@ from attest_otel.cli.common import (
     json_item,
     json_option,
     model_options,
+    settle,
     status,
     strict_option,
 )
@@ -183,6 +184,7 @@ def grade(
 
         with status(f"reading {file}"):
             traces = ByTrace.of_file(file)
+        settle()
         with traces:
             if not traces.span_count:
                 raise InputError(str(file), "no spans to grade")

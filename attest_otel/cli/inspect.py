@@ -23,6 +23,7 @@ from attest_otel.cli.common import (
     fewer_collections,
     json_documents,
     json_item,
+    settle,
     status,
 )
 from attest_otel.cli.sources import load_trace, trace_source_options
@@ -111,6 +112,7 @@ def _traces(
 
         with status(f"reading {file}"):
             by_trace = ByTrace.of_file(file)
+        settle()
         with by_trace:
             yield by_trace
         return

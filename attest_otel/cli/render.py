@@ -7,6 +7,7 @@ tool name or result cannot send the terminal commands (attest_otel/plumbing/term
 
 from __future__ import annotations
 
+import functools
 import shutil
 import textwrap
 from collections.abc import Sequence
@@ -19,6 +20,13 @@ from attest_otel.adapt.explain import capture_hints
 from attest_otel.model import CheckResult, Finding, Run, shown_score
 from attest_otel.pipeline import GradedTrace
 from attest_otel.plumbing.terminal import printable
+
+
+@functools.lru_cache(maxsize=256)
+def _styled(text: str, fg: str | None = None, bold: bool | None = None) -> str:
+    """`click.style`, remembered: a run of thousands of calls styles the same few words."""
+    return click.style(text, fg=fg, bold=bold)
+
 
 _MARK = {"pass": "✓", "warn": "?", "fail": "✗"}
 _COLOUR = {"pass": "green", "warn": "yellow", "fail": "red"}
@@ -82,17 +90,15 @@ MAX_PASSING_LINES = 20
 
 
 def headline(result: CheckResult) -> str:
-    label = click.style(
-        f"{_HEADLINE[result.verdict]:<6}", fg=_HEADLINE_COLOUR[result.verdict], bold=True
-    )
+    label = _styled(f"{_HEADLINE[result.verdict]:<6}", _HEADLINE_COLOUR[result.verdict], True)
     correct = sum(f.verdict == "correct" for f in result.findings)
     score = shown_score(result.score)
     return f"{label} score {score:.2f} ({correct}/{len(result.findings)} calls correct)"
 
 
 def finding_line(finding: Finding, *, indent: str = "  ") -> str:
-    mark = click.style(_MARK[finding.severity], fg=_COLOUR[finding.severity], bold=True)
-    verdict = click.style(finding.verdict, fg=_COLOUR[finding.severity])
+    mark = _styled(_MARK[finding.severity], _COLOUR[finding.severity], True)
+    verdict = _styled(finding.verdict, _COLOUR[finding.severity])
     extra = ""
     recovery = finding.metadata.get("recovery")
     if recovery:
@@ -130,7 +136,7 @@ def run_block(title: str, run: Run, result: CheckResult, *, indent: str = "") ->
             lines.append(f"{indent}  ... and {passing} correct calls (--json lists every call)")
     else:
         lines.append(f"{indent}  no tool calls")
-    mark = click.style(_MARK["warn"], fg=_COLOUR["warn"], bold=True)
+    mark = _styled(_MARK["warn"], _COLOUR["warn"], True)
     for gap in unread(result):
         lines.append(f"{indent}  {mark} not read whole:")
         lines.append(wrapped(gap, f"{indent}      "))

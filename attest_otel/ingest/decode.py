@@ -92,6 +92,7 @@ __all__ = [
     "hydrate",
     "is_genai_candidate",
     "is_skeleton",
+    "transport_skeleton",
 ]
 
 
@@ -253,6 +254,17 @@ def is_skeleton(span: Span) -> bool:
     if isinstance(src, otlp_proto.SpanSource):
         return src.pending
     return False
+
+
+def transport_skeleton(span: Span) -> bool:
+    """Whether `span` is a skeleton whose attribute keys, as the reader scanned them, include
+    a transport key (`adapt.generic.TRANSPORT_KEY_PREFIXES`): the generic reader says None of
+    such a span whatever its values, so it need not be hydrated to be read. Only the JSON
+    reader notes it; any other skeleton answers False."""
+    src = span.source
+    return (
+        type(src) is JsonSpan and src.has_transport_key and not span.attributes and not span.events
+    )
 
 
 def hydrate(span: Span, *, max_attribute_chars: int | None = DEFAULT_MAX_ATTRIBUTE_CHARS) -> Span:

@@ -32,6 +32,7 @@ from typing import Any
 
 from attest_otel_wire import JsonMarks, JsonReader, JsonReadError, JsonSpan
 
+from attest_otel.adapt.generic import TRANSPORT_KEY_PREFIXES
 from attest_otel.ingest import candidate
 from attest_otel.ingest.candidate import is_genai_scope
 from attest_otel.ingest.otlp_common import (
@@ -142,7 +143,8 @@ _marks: tuple[tuple[tuple[str, ...], ...], JsonMarks] | None = None
 
 
 def marks() -> JsonMarks:
-    """`ingest.candidate`'s marks for the reader, made again when a dialect registers."""
+    """`ingest.candidate`'s marks for the reader, made again when a dialect registers, and
+    the generic reader's transport keys, which a skeleton notes (`JsonSpan.has_transport_key`)."""
     global _marks
     now = (
         candidate.GENAI_KEY_PREFIXES,
@@ -151,7 +153,9 @@ def marks() -> JsonMarks:
         candidate.GENAI_EVENT_PREFIXES,
     )
     if _marks is None or _marks[0] != now:
-        _marks = (now, JsonMarks(*(list(group) for group in now)))
+        keys, names, suffixes, events = (list(group) for group in now)
+        transports = list(TRANSPORT_KEY_PREFIXES)
+        _marks = (now, JsonMarks(keys, names, suffixes, events, transports))
     return _marks[1]
 
 

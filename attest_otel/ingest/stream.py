@@ -325,6 +325,23 @@ back: pickled so, a slotted dataclass costs a Python call per object less each w
 (docs/measurements.md, "Big files")."""
 
 
+def _genai_count(spans: list[Span]) -> int:
+    """`is_genai_candidate` over `spans`, asked once per (name, scope) for the spans without
+    attributes (most of a big file's: skeletons), whose answer depends on nothing else."""
+    count = 0
+    bare: dict[tuple[str, str], bool] = {}
+    for s in spans:
+        if s.attributes:
+            count += is_genai_candidate(s.name, s.attributes, s.scope_name)
+            continue
+        key = (s.name, s.scope_name)
+        found = bare.get(key)
+        if found is None:
+            bare[key] = found = is_genai_candidate(s.name, (), s.scope_name)
+        count += found
+    return count
+
+
 class ByTrace:
     """The traces of a stream of requests, each with its spans and log records, in order of
     first appearance, holding at most about `hold` spans and log records in memory.
@@ -393,12 +410,11 @@ class ByTrace:
         if held is not None:
             spans += held[0]
             logs += held[1]
-        genai = sum(1 for s in spans if is_genai_candidate(s.name, s.attributes, s.scope_name))
         return Decoded(
             spans=spans,
             logs=logs,
             span_count=len(spans),
-            genai_span_count=genai,
+            genai_span_count=_genai_count(spans),
             log_count=len(logs),
         )
 

@@ -19,6 +19,7 @@ started here at all but goes on ungraded at once, and /readyz reports the oldest
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import traceback
@@ -59,9 +60,16 @@ class _Box(Generic[T]):
 class InProcessBudget:
     """Runs one trace's grading on a thread of its own and waits at most `budget_s`."""
 
-    def __init__(self, budget_s: float, *, max_abandoned: int = 4) -> None:
+    def __init__(
+        self, budget_s: float, *, max_abandoned: int = 4, keep_thread: bool = False
+    ) -> None:
         self.budget_s = budget_s
         self.max_abandoned = max(1, max_abandoned)
+        self.keep_thread = keep_thread
+        """A thread whose grading ended waits for the next one (`_Kept`), instead of a thread
+        started per run: for a caller that grades run after run (the CLI), not the sidecar,
+        whose threads must all end with it."""
+        self._kept: _Kept | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[int, _Box[Any]] = {}
@@ -102,19 +110,26 @@ class InProcessBudget:
             key = id(box)
             self._running[key] = box
 
-        def target() -> None:
+        def target(back: Callable[[], None] | None = None) -> None:
             try:
                 box.value = grade(gave_up)
             except BaseException:
                 box.error = traceback.format_exc()
             finally:
                 with self._lock:
+                    if back is not None:
+                        back()  # idle again before the caller hears, so it is taken next
                     box.done.set()
                     self._running.pop(key, None)
                     if box.abandoned:
                         self.abandoned -= 1
 
-        threading.Thread(target=target, name="attest-otel-grading-here", daemon=True).start()
+        if self.keep_thread:
+            with self._lock:
+                kept, self._kept = self._kept, None
+            (kept or _Kept(self)).jobs.put(target)
+        else:
+            threading.Thread(target=target, name="attest-otel-grading-here", daemon=True).start()
         deadline = box.started + budget
         failed: Failed | None = None
         while not box.done.is_set():
@@ -139,6 +154,29 @@ class InProcessBudget:
         if box.error is not None:
             return Failed("error", box.error)
         return box.value  # type: ignore[return-value]
+
+
+class _Kept:
+    """A grading thread kept between runs (`InProcessBudget(keep_thread=True)`): it runs a
+    job, then waits for the next while the budget has no other idle thread; a thread whose
+    run was abandoned and ends after another was started ends with it."""
+
+    def __init__(self, budget: InProcessBudget) -> None:
+        self.budget = budget
+        self.jobs: queue.SimpleQueue[Callable[[Callable[[], None]], None]] = queue.SimpleQueue()
+        self.stay = True
+        threading.Thread(target=self._loop, name="attest-otel-grading-here", daemon=True).start()
+
+    def _loop(self) -> None:
+        while self.stay:
+            self.jobs.get()(self._back)
+
+    def _back(self) -> None:
+        """Under the budget's lock: idle again, unless another thread already is."""
+        budget = self.budget
+        self.stay = budget._kept is None
+        if self.stay:
+            budget._kept = self
 
 
 class BoundedJudge:
@@ -189,8 +227,9 @@ def run_grader(
 ) -> Callable[[Run], CheckResult]:
     """`grade(run, judge=, appropriate=)` for `pipeline.grade_traces`, each run within
     `budget_s` (the CLI's `grade --budget`); past it the run's grade is `review`, saying
-    why, and its judge asks nothing more."""
-    budget = InProcessBudget(budget_s)
+    why, and its judge asks nothing more. One thread grades run after run (`keep_thread`):
+    a thread started per run cost more than grading a small run."""
+    budget = InProcessBudget(budget_s, keep_thread=True)
 
     def grade_run(run: Run) -> CheckResult:
         def one(abandoned: threading.Event) -> CheckResult:

@@ -114,10 +114,12 @@ def one_or_many(item: Any, *, empty: str | None = "empty list") -> Callable[[Any
     """A plain validator for "one item, or a list of them" (a tuple either way): a list's
     problems name the index (`key[1]`), a single item's the key alone, as the file reads.
     `empty`: the problem with an empty list (None: an empty list is fine)."""
-    one: TypeAdapter[Any] = TypeAdapter(item)
-    many: TypeAdapter[Any] = TypeAdapter(tuple[item, ...])
+    built: list[tuple[TypeAdapter[Any], TypeAdapter[Any]]] = []
 
     def check(value: Any) -> Any:
+        if not built:  # built when first asked, as `FileModel`'s schemas are
+            built.append((TypeAdapter(item), TypeAdapter(tuple[item, ...])))
+        one, many = built[0]
         if isinstance(value, list):
             if not value and empty is not None:
                 fail(empty)
@@ -139,7 +141,9 @@ class FileModel(BaseModel):
     """A mapping in a user's file. Subclasses say what they are (`what`), which missing keys
     are problems of their own (`required`), and may add checks of the whole mapping."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # `defer_build`: a schema is built when a file is first checked against it, not at
+    # import; most commands read no policy, dialect or config file at all.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
     _given: tuple[str, ...] = PrivateAttr(default=())
     """The keys the file gave, in its order (rules are tried in the order they are written)."""

@@ -307,6 +307,25 @@ def test_a_skeleton_keeps_its_text_and_comes_back_from_pickle_without_a_parse() 
         otlp_json.JsonSpan("[1]")
 
 
+def test_a_skeleton_notes_a_transport_key_and_keeps_the_note_through_pickle() -> None:
+    text = request(
+        span(1, name="GET /x", attributes=attrs('{"intValue": "7"}', key="\\u0068ttp.x")),
+        span(2, name="work", attributes=attrs('{"intValue": "7"}', key="acme.kind")),
+        span(3, name="chat m", attributes=attrs('{"intValue": "7"}', key="gen_ai.x")),
+    )
+    transport, plain, full = decode_bytes(text.encode()).spans
+    assert [decode.transport_skeleton(s) for s in (transport, plain, full)] == [True, False, False]
+    again = pickle.loads(pickle.dumps(transport.source))
+    assert (
+        again.has_transport_key and not pickle.loads(pickle.dumps(plain.source)).has_transport_key
+    )
+    assert not decode.transport_skeleton(decode.hydrate(transport))  # read now: no skeleton
+    assert not any(
+        decode.transport_skeleton(s) for s in decode_bytes(text.encode(), lazy=False).spans
+    )
+    assert not otlp_json.JsonSpan('{"attributes": [{"key": "http.x"}]}').has_transport_key
+
+
 def test_lines_blank_to_python_are_skipped_and_others_refused_with_json_s_words() -> None:
     good = request(span(1)).encode()
     assert otlp_json.read_line(b" \xc2\xa0\x1c\t\n", True, False) is None  # NBSP, FS: blank

@@ -43,11 +43,14 @@ def _same(by_trace: ByTrace, whole: Decoded) -> None:
     expected = whole.by_trace()
     assert by_trace.trace_ids() == list(expected)
     assert by_trace.span_count == len(whole.spans)
+    genai = 0
     for trace_id, one in zip(expected, by_trace, strict=True):
+        genai += one.genai_span_count
         assert [(s.span_id, s) for s in one.spans] == [(s.span_id, s) for s in expected[trace_id]]
         assert [s.source for s in one.spans] == [s.source for s in expected[trace_id]]
         logs = [r for r in whole.logs if r.trace_id == trace_id]
         assert one.logs == logs
+    assert genai == whole.genai_span_count
 
 
 @pytest.mark.parametrize("hold", [1, 50, 10**9])

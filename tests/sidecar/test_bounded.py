@@ -105,3 +105,24 @@ def test_an_abandoned_trace_asks_the_model_nothing_more() -> None:
     (failure,) = bounded.choose([object()])  # type: ignore[list-item]
     assert failure.reason == ABANDONED  # type: ignore[union-attr]
     assert judge.asked == 1
+
+
+def test_a_kept_thread_grades_run_after_run_and_one_abandoned_is_replaced() -> None:
+    budget = InProcessBudget(0.3, keep_thread=True)
+    threads = [budget.run(lambda abandoned: threading.get_ident()) for _ in range(5)]
+    assert len(set(threads)) == 1 and threads[0] != threading.get_ident()
+    release = threading.Event()
+    failed = budget.run(_sleeper(release))  # type: ignore[arg-type]
+    assert isinstance(failed, Failed) and failed.reason == "time"
+    after = budget.run(lambda abandoned: threading.get_ident())
+    assert after not in threads  # the kept thread is still busy: another took the run
+    assert budget.run(lambda abandoned: threading.get_ident()) == after
+    release.set()
+    deadline = time.monotonic() + 5
+    while budget.abandoned and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert budget.abandoned == 0
+    time.sleep(0.05)  # the late thread found another idle, and ended
+    assert budget.run(lambda abandoned: threading.get_ident()) == after
+    assert budget.run(lambda abandoned: 1 / 0).reason == "error"  # type: ignore[union-attr]
+    assert budget.run(lambda abandoned: threading.get_ident()) == after

@@ -17,22 +17,28 @@ pub struct JsonMarks {
     names: Vec<String>,
     suffixes: Vec<String>,
     events: Vec<String>,
+    /// Keys of transport spans (HTTP, database, messaging): a skeleton with one is noted
+    /// (`JsonSpan.has_transport_key`), so the generic reader need not hydrate it.
+    transports: Vec<String>,
 }
 
 #[pymethods]
 impl JsonMarks {
     #[new]
+    #[pyo3(signature = (key_prefixes, name_prefixes, name_suffixes, event_prefixes, transport_prefixes=vec![]))]
     pub(crate) fn new(
         key_prefixes: Vec<String>,
         name_prefixes: Vec<String>,
         name_suffixes: Vec<String>,
         event_prefixes: Vec<String>,
+        transport_prefixes: Vec<String>,
     ) -> Self {
         JsonMarks {
             keys: key_prefixes,
             names: name_prefixes,
             suffixes: name_suffixes,
             events: event_prefixes,
+            transports: transport_prefixes,
         }
     }
 }
@@ -44,7 +50,24 @@ impl JsonMarks {
             names: vec![],
             suffixes: vec![],
             events: vec![],
+            transports: vec![],
         }
+    }
+
+    /// Whether an attribute list (already scanned by `any_genai_key`) has a key starting
+    /// with a transport prefix; what is no list of objects has none.
+    pub fn any_transport_key(&self, kvs: &V) -> bool {
+        if self.transports.is_empty() {
+            return false;
+        }
+        let V::Arr(list) = kvs else { return false };
+        list.iter().any(|kv| match kv {
+            V::Obj(o) => match o.get("key") {
+                V::Str(key) => self.transports.iter().any(|p| key.starts_with(p.as_str())),
+                _ => false,
+            },
+            _ => false,
+        })
     }
 
     pub fn key(&self, key: &str) -> bool {
@@ -491,19 +514,24 @@ pub struct JsonSpan {
     pub text: Box<str>,
     /// Whether the span has attributes or events (what `decode.is_skeleton` asks).
     pub content: bool,
+    /// A skeleton's attribute keys include a transport key (`JsonMarks`' last list).
+    pub transport: bool,
 }
 
 #[pymethods]
 impl JsonSpan {
     /// `content` (whether the span has attributes or events) is read from `text` when not
     /// given; a pickled `JsonSpan` gives it, so coming back costs no parse.
+    /// `transport` is never read from `text` (it needs the marks): False, the safe answer,
+    /// unless given.
     #[new]
-    #[pyo3(signature = (text, content=None))]
-    pub(crate) fn new(text: &str, content: Option<bool>) -> PyResult<Self> {
+    #[pyo3(signature = (text, content=None, transport=false))]
+    pub(crate) fn new(text: &str, content: Option<bool>, transport: bool) -> PyResult<Self> {
         if let Some(content) = content {
             return Ok(JsonSpan {
                 text: text.into(),
                 content,
+                transport,
             });
         }
         let (v, _) = crate::json::one_document(text, 0)
@@ -515,6 +543,7 @@ impl JsonSpan {
         Ok(JsonSpan {
             text: text.into(),
             content,
+            transport,
         })
     }
 
@@ -529,11 +558,18 @@ impl JsonSpan {
         self.content
     }
 
+    /// Whether the reader, leaving this span a skeleton, saw a transport key among its
+    /// attributes' keys.
+    #[getter]
+    pub(crate) fn has_transport_key(&self) -> bool {
+        self.transport
+    }
+
     pub(crate) fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
         let cls = slf.get_type();
         let span = slf.get();
-        let args = (&*span.text, span.content).into_pyobject(py)?;
+        let args = (&*span.text, span.content, span.transport).into_pyobject(py)?;
         PyTuple::new(py, [cls.into_any(), args.into_any()])
     }
 

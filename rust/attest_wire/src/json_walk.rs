@@ -288,6 +288,7 @@ impl<'py, 'h> Walk<'py, 'h> {
         let source = JsonSpan {
             text: text[s.start..s.end].into(),
             content,
+            transport: !full && self.marks.any_transport_key(kvs),
         };
         let args = PyTuple::new(
             py,
