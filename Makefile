@@ -38,6 +38,7 @@ lint: setup
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/mypy --strict attest_otel
 	@out=$$($(BIN)/lint-imports --no-cache 2>&1) || { echo "$$out"; exit 1; }; echo "$$out" | tail -n 1
+	cd rust/attest_wire && cargo fmt --check && cd fuzz && cargo fmt --check
 
 # The real test peers: the Collector, Jaeger v2 and Prometheus 3 built from source into
 # ~/.cache/attest-otel/peers (tools/build-peers.sh, kept between runs), Debian's chromium and

@@ -108,7 +108,11 @@ impl<'a> Fields<'a> {
             }
             // An unknown group, which protobuf keeps: skipped whole, end-group tag included.
             3 => value_end = skip_group(data, pos, end, number)?,
-            4 => return Err(WireErr(format!("end-group tag without its group at byte {start}"))),
+            4 => {
+                return Err(WireErr(format!(
+                    "end-group tag without its group at byte {start}"
+                )))
+            }
             _ => return Err(WireErr(format!("unsupported wire type {wire_type}"))),
         }
         self.pos = value_end;

@@ -15,11 +15,11 @@ pub mod cut;
 pub mod decode;
 #[rustfmt::skip]
 pub mod fields;
-pub mod logs;
 pub mod json;
 pub mod json_read;
 pub mod json_values;
 pub mod json_walk;
+pub mod logs;
 pub mod probe;
 pub mod schema;
 pub mod varint;
