@@ -35,7 +35,7 @@ from attest_otel.export.log_records import log_records
 from attest_otel.export.otlp_bytes import key_values
 from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_request
-from attest_otel.model import CheckResult, Run, Step, ToolCall, shown_score
+from attest_otel.model import CheckResult, Finding, Run, Step, ToolCall, shown_score
 from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.policy import load_policy
 from attest_otel.sidecar.bounded import InProcessBudget, ungraded_result
@@ -50,6 +50,7 @@ from attest_otel.sidecar.workers import Failed
 from attest_otel.store import StoredGrade, Writer
 from attest_otel.store.blob import split as split_stored
 from attest_otel.store.blob import with_logs
+from attest_otel.store.sqlite import encode_result
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,9 @@ class _Graded:
     """The runs' evaluation log records, encoded (`export.log_records`)."""
     ungraded: Failed | None = None
     """Why the trace goes on ungraded and flagged (`TraceGrader._flag`)."""
+    encoded: list[str] | None = None
+    """Each run's result as the store keeps it, encoded by the grading process (its runs'
+    results then carry what the metrics and the log line read, `_light`); None: encode here."""
 
 
 class GradingFailed(Exception):
@@ -234,12 +238,7 @@ class TraceGrader:
         if self.store is not None:
             now = time.time_ns()
             for trace, original, graded in zip(fresh, originals, results, strict=True):
-                grades = [
-                    StoredGrade(
-                        trace.trace_id_hex, run.span_id or "", run.agent, now, result.to_dict()
-                    )
-                    for run, result in graded.runs
-                ]
+                grades = _stored_grades(trace.trace_id_hex, now, graded)
                 if graded.ungraded is not None:
                     grades = _ungraded_grades(trace, now, graded.ungraded)
                 # The log records go with the spans when content is kept whole; under a
@@ -283,6 +282,10 @@ class TraceGrader:
         if not traces:
             return []
         logs = self.send_logs is not None
+        # What a regrade starts from without a store wants each run's whole result, and a
+        # content policy scrubs the dict; else the results come encoded for the store, and
+        # light (`_light`).
+        encode = self.remember is None and self.content.mode == "keep"
         answers = pool.map(
             grade_in_worker,
             [
@@ -292,6 +295,7 @@ class TraceGrader:
                     logs,
                     bytes(trace.logs),
                     list(trace.gaps),
+                    encode,
                 )
                 for trace, original in zip(traces, originals, strict=True)
             ],
@@ -302,8 +306,8 @@ class TraceGrader:
             if isinstance(answer, Failed):
                 results.append(_Graded(original, failed=True, in_worker=True, ungraded=answer))
             else:
-                data, runs, records = answer
-                results.append(_Graded(data, runs, in_worker=True, logs=records))
+                data, runs, records, encoded = answer
+                results.append(_Graded(data, runs, in_worker=True, logs=records, encoded=encoded))
         return results
 
     def _flag(self, trace: HeldTrace, original: bytes, graded: _Graded, failed: Failed) -> None:
@@ -399,6 +403,28 @@ class TraceGrader:
                     log.exception("emitting the grade of a run failed")
         if self.remember is not None and not graded.failed:
             self.remember(trace.trace_id_hex, with_logs(original, bytes(trace.logs)), graded.runs)
+
+
+def _stored_grades(trace_id: str, now_ns: int, graded: _Graded) -> list[StoredGrade]:
+    """What the store keeps of a graded trace's runs: each result, as encoded by the grading
+    process when it was (`_Graded.encoded`), else as its dict."""
+    if graded.encoded is None:
+        return [
+            StoredGrade(trace_id, run.span_id or "", run.agent, now_ns, result.to_dict())
+            for run, result in graded.runs
+        ]
+    return [
+        StoredGrade(
+            trace_id,
+            run.span_id or "",
+            run.agent,
+            now_ns,
+            encoded=text,
+            verdict=result.verdict,
+            score=result.score,
+        )
+        for (run, result), text in zip(graded.runs, graded.encoded, strict=True)
+    ]
 
 
 def _ungraded_grades(trace: HeldTrace, now_ns: int, failed: Failed) -> list[StoredGrade]:
@@ -561,16 +587,42 @@ def _slim(run: Run) -> Run:
     )
 
 
+def _light(result: CheckResult) -> CheckResult:
+    """What the main process reads of a result whose store text was encoded here: the
+    verdict and score, and of each finding what the metrics count (`export.metrics`: its
+    tool, verdict, severity, recovery, and the span it is about); no reasons, evidence or
+    summary, which the text carries."""
+    findings = [
+        Finding(
+            f.severity,
+            f.verdict,
+            f.subject,
+            "",
+            None,
+            f.step,
+            {key: f.metadata[key] for key in _LIGHT_METADATA if key in f.metadata},
+        )
+        for f in result.findings
+    ]
+    return CheckResult(result.check, result.passed, result.verdict, result.score, "", findings, {})
+
+
+_LIGHT_METADATA = ("recovery", "span_id")
+
+
 def grade_in_worker(
     data: bytes,
     label: str,
     logs: bool = False,
     held_logs: bytes = b"",
     gaps: list[str] | None = None,
-) -> tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]]:
+    encode: bool = False,
+) -> tuple[bytes, list[tuple[Run, CheckResult]], list[bytes], list[str] | None]:
     """Offline grading of one trace's bytes (with the log records held with it), in a
-    grading process: the annotated bytes, the runs (slimmed for the trip back) and, when
-    `logs`, their evaluation log records."""
+    grading process: the annotated bytes, the runs (slimmed for the trip back), when `logs`
+    their evaluation log records, and when `encode` each result as the store keeps it
+    (`store.encode_result`), the results then light (`_light`): a result's findings are
+    most of what crosses the pipe, and its dict and text were the receiving process's."""
 
     decoded = decode_request(data, source=label, checked=True)
     decoded.logs = decoded.logs + decode_logs(held_logs, label)
@@ -586,7 +638,11 @@ def grade_in_worker(
         gaps=gaps,
     )
     records = encode_logs(graded, now_ns, _WORKER_CONTENT) if logs else []
-    return annotated, [(_slim(run), result) for run, result in graded], records
+    if not encode:
+        return annotated, [(_slim(run), result) for run, result in graded], records, None
+    texts = [encode_result(result.to_dict()) for _, result in graded]
+    runs = [(_slim(run), _light(result)) for run, result in graded]
+    return annotated, runs, records, texts
 
 
 def grade_again_in_worker(
