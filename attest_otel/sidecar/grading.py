@@ -33,6 +33,7 @@ from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.annotate import GRADE_MARKS, annotate_graded, annotation_bytes
 from attest_otel.export.log_records import log_records
 from attest_otel.export.otlp_bytes import key_values
+from attest_otel.export.results import finding_span_id
 from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_request
 from attest_otel.model import CheckResult, Finding, Run, Step, ToolCall, shown_score
@@ -66,8 +67,9 @@ class _Graded:
     ungraded: Failed | None = None
     """Why the trace goes on ungraded and flagged (`TraceGrader._flag`)."""
     encoded: list[str] | None = None
-    """Each run's result as the store keeps it, encoded by the grading process (its runs'
-    results then carry what the metrics and the log line read, `_light`); None: encode here."""
+    """Each run's result as the store keeps it, encoded by the grading process (its runs and
+    results then carry only what the metrics and the log line read, `Light`); None: encode
+    here."""
 
 
 class GradingFailed(Exception):
@@ -284,7 +286,7 @@ class TraceGrader:
         logs = self.send_logs is not None
         # What a regrade starts from without a store wants each run's whole result, and a
         # content policy scrubs the dict; else the results come encoded for the store, and
-        # light (`_light`).
+        # light (`Light`).
         encode = self.remember is None and self.content.mode == "keep"
         answers = pool.map(
             grade_in_worker,
@@ -306,7 +308,11 @@ class TraceGrader:
             if isinstance(answer, Failed):
                 results.append(_Graded(original, failed=True, in_worker=True, ungraded=answer))
             else:
-                data, runs, records, encoded = answer
+                data, runs, records, light = answer
+                encoded = None
+                if light is not None:  # encoded for the store, and light
+                    runs = [_from_light(one) for _, one in light]
+                    encoded = [text for text, _ in light]
                 results.append(_Graded(data, runs, in_worker=True, logs=records, encoded=encoded))
         return results
 
@@ -587,27 +593,62 @@ def _slim(run: Run) -> Run:
     )
 
 
-def _light(result: CheckResult) -> CheckResult:
-    """What the main process reads of a result whose store text was encoded here: the
-    verdict and score, and of each finding what the metrics count (`export.metrics`: its
-    tool, verdict, severity, recovery, and the span it is about); no reasons, evidence or
-    summary, which the text carries."""
-    findings = [
-        Finding(
-            f.severity,
-            f.verdict,
-            f.subject,
-            "",
-            None,
-            f.step,
-            {key: f.metadata[key] for key in _LIGHT_METADATA if key in f.metadata},
-        )
-        for f in result.findings
-    ]
-    return CheckResult(result.check, result.passed, result.verdict, result.score, "", findings, {})
+Light = tuple[
+    str | None,
+    str | None,
+    str | None,
+    list[str],
+    str,
+    bool,
+    str,
+    float,
+    list[tuple[str, str, str, int, Any, str | None]],
+]
+"""What the main process reads of a run graded here whose result was encoded for the store:
+(trace id, agent span id, agent, gaps, check, passed, verdict, score, and per finding its
+severity, verdict, tool, step, recovery and the span it is about). Plain values pickle in
+C; the run's steps, the result's reasons and evidence stay here (the text carries them)."""
 
 
-_LIGHT_METADATA = ("recovery", "span_id")
+def _light(run: Run, result: CheckResult) -> Light:
+    """See `Light`: what the metrics (`export.metrics`) and the log line read."""
+    return (
+        run.trace_id,
+        run.span_id,
+        run.agent,
+        list(run.gaps),
+        result.check,
+        result.passed,
+        result.verdict,
+        result.score,
+        [
+            (
+                f.severity,
+                f.verdict,
+                f.subject,
+                f.step,
+                f.metadata.get("recovery"),
+                finding_span_id(run, f),
+            )
+            for f in result.findings
+        ],
+    )
+
+
+def _from_light(light: Light) -> tuple[Run, CheckResult]:
+    """The run and result a `Light` stands for, with only what it carries: each finding's
+    span in its metadata (so `finding_span_id` finds it without the run's steps)."""
+    trace_id, span_id, agent, gaps, check, passed, verdict, score, found = light
+    findings: list[Finding] = []
+    for severity, finding_verdict, subject, step, recovery, span in found:
+        metadata: dict[str, Any] = {}
+        if recovery is not None:
+            metadata["recovery"] = recovery
+        if span is not None:
+            metadata["span_id"] = span
+        findings.append(Finding(severity, finding_verdict, subject, "", None, step, metadata))  # type: ignore[arg-type]
+    run = Run(agent=agent, trace_id=trace_id, span_id=span_id, gaps=gaps)
+    return run, CheckResult(check, passed, verdict, score, "", findings, {})  # type: ignore[arg-type]
 
 
 def grade_in_worker(
@@ -617,12 +658,13 @@ def grade_in_worker(
     held_logs: bytes = b"",
     gaps: list[str] | None = None,
     encode: bool = False,
-) -> tuple[bytes, list[tuple[Run, CheckResult]], list[bytes], list[str] | None]:
+) -> tuple[bytes, list[tuple[Run, CheckResult]], list[bytes], list[tuple[str, Light]] | None]:
     """Offline grading of one trace's bytes (with the log records held with it), in a
     grading process: the annotated bytes, the runs (slimmed for the trip back), when `logs`
-    their evaluation log records, and when `encode` each result as the store keeps it
-    (`store.encode_result`), the results then light (`_light`): a result's findings are
-    most of what crosses the pipe, and its dict and text were the receiving process's."""
+    their evaluation log records. When `encode`, each run instead comes as its result
+    encoded as the store keeps it (`store.encode_result`) and its `Light` values: the runs
+    and results were most of the pickling both ways, and the result's dict and text were
+    the receiving process's work."""
 
     decoded = decode_request(data, source=label, checked=True)
     decoded.logs = decoded.logs + decode_logs(held_logs, label)
@@ -640,9 +682,8 @@ def grade_in_worker(
     records = encode_logs(graded, now_ns, _WORKER_CONTENT) if logs else []
     if not encode:
         return annotated, [(_slim(run), result) for run, result in graded], records, None
-    texts = [encode_result(result.to_dict()) for _, result in graded]
-    runs = [(_slim(run), _light(result)) for run, result in graded]
-    return annotated, runs, records, texts
+    light = [(encode_result(result.to_dict()), _light(run, result)) for run, result in graded]
+    return annotated, [], records, light
 
 
 def grade_again_in_worker(

@@ -1,7 +1,7 @@
 """What a grading process sends back when the store keeps its results: each result encoded
-as the store writes it, and the result itself light (`grading._light`). The store must hold
-the same text, the metrics and the log line read the same values, as when the whole result
-came back and was encoded in the receiving process."""
+as the store writes it, and the run and result light (`grading.Light`). The store must hold
+the same text, the metrics and the log line read the same values, as when the whole run and
+result came back and the result was encoded in the receiving process."""
 
 from __future__ import annotations
 
@@ -36,27 +36,30 @@ def test_the_encoded_answer_forwards_and_logs_the_same_bytes(answers: list) -> N
     for whole, light in answers:
         assert light[0] == whole[0]  # the annotated trace
         assert light[2] == whole[2]  # its evaluation log records
-        assert whole[3] is None
+        assert whole[3] is None and light[1] == []
 
 
 def test_each_result_is_encoded_as_the_store_would_and_light_keeps_what_is_read(
     answers: list,  # type: ignore[type-arg]
 ) -> None:
     for whole, light in answers:
-        texts = light[3]
+        texts = [text for text, _ in light[3]]
         assert texts == [encode_result(result.to_dict()) for _, result in whole[1]]
-        for (run, result), (lrun, lresult) in zip(whole[1], light[1], strict=True):
+        rebuilt = [grading._from_light(one) for _, one in light[3]]
+        for (run, result), (lrun, lresult) in zip(whole[1], rebuilt, strict=True):
             assert (lrun.trace_id, lrun.span_id, lrun.agent, lrun.gaps) == (
                 run.trace_id,
                 run.span_id,
                 run.agent,
                 run.gaps,
             )
-            assert (lresult.verdict, lresult.score, len(lresult.findings)) == (
-                result.verdict,
-                result.score,
-                len(result.findings),
-            )
+            assert (
+                lresult.check,
+                lresult.passed,
+                lresult.verdict,
+                lresult.score,
+                len(lresult.findings),
+            ) == (result.check, result.passed, result.verdict, result.score, len(result.findings))
             for finding, lfinding in zip(result.findings, lresult.findings, strict=True):
                 assert (lfinding.subject, lfinding.verdict, lfinding.severity) == (
                     finding.subject,
@@ -88,7 +91,9 @@ def test_a_grade_given_as_text_is_stored_and_read_as_one_given_as_its_dict(
                     verdict=result.verdict,
                     score=result.score,
                 )
-                for (run, result), text in zip(light[1], light[3], strict=True)
+                for text, (run, result) in (
+                    (text, grading._from_light(one)) for text, one in light[3]
+                )
             ]
             assert [(g.verdict, g.score) for g in by_text] == [
                 (g.verdict, g.score) for g in by_dict
