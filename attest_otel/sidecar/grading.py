@@ -33,9 +33,10 @@ from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.export.annotate import GRADE_MARKS, annotate_graded, annotation_bytes
 from attest_otel.export.log_records import log_records
 from attest_otel.export.otlp_bytes import key_values
+from attest_otel.export.results import finding_span_id
 from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_request
-from attest_otel.model import CheckResult, Run, Step, ToolCall, shown_score
+from attest_otel.model import CheckResult, Finding, Run, Step, ToolCall, shown_score
 from attest_otel.pipeline import Reading, grade_traces
 from attest_otel.policy import load_policy
 from attest_otel.sidecar.bounded import InProcessBudget, ungraded_result
@@ -50,6 +51,7 @@ from attest_otel.sidecar.workers import Failed
 from attest_otel.store import StoredGrade, Writer
 from attest_otel.store.blob import split as split_stored
 from attest_otel.store.blob import with_logs
+from attest_otel.store.sqlite import encode_result
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,10 @@ class _Graded:
     """The runs' evaluation log records, encoded (`export.log_records`)."""
     ungraded: Failed | None = None
     """Why the trace goes on ungraded and flagged (`TraceGrader._flag`)."""
+    encoded: list[str] | None = None
+    """Each run's result as the store keeps it, encoded by the grading process (its runs and
+    results then carry only what the metrics and the log line read, `Light`); None: encode
+    here."""
 
 
 class GradingFailed(Exception):
@@ -234,12 +240,7 @@ class TraceGrader:
         if self.store is not None:
             now = time.time_ns()
             for trace, original, graded in zip(fresh, originals, results, strict=True):
-                grades = [
-                    StoredGrade(
-                        trace.trace_id_hex, run.span_id or "", run.agent, now, result.to_dict()
-                    )
-                    for run, result in graded.runs
-                ]
+                grades = _stored_grades(trace.trace_id_hex, now, graded)
                 if graded.ungraded is not None:
                     grades = _ungraded_grades(trace, now, graded.ungraded)
                 # The log records go with the spans when content is kept whole; under a
@@ -283,6 +284,10 @@ class TraceGrader:
         if not traces:
             return []
         logs = self.send_logs is not None
+        # What a regrade starts from without a store wants each run's whole result, and a
+        # content policy scrubs the dict; else the results come encoded for the store, and
+        # light (`Light`).
+        encode = self.remember is None and self.content.mode == "keep"
         answers = pool.map(
             grade_in_worker,
             [
@@ -292,6 +297,7 @@ class TraceGrader:
                     logs,
                     bytes(trace.logs),
                     list(trace.gaps),
+                    encode,
                 )
                 for trace, original in zip(traces, originals, strict=True)
             ],
@@ -302,8 +308,12 @@ class TraceGrader:
             if isinstance(answer, Failed):
                 results.append(_Graded(original, failed=True, in_worker=True, ungraded=answer))
             else:
-                data, runs, records = answer
-                results.append(_Graded(data, runs, in_worker=True, logs=records))
+                data, runs, records, light = answer
+                encoded = None
+                if light is not None:  # encoded for the store, and light
+                    runs = [_from_light(one) for _, one in light]
+                    encoded = [text for text, _ in light]
+                results.append(_Graded(data, runs, in_worker=True, logs=records, encoded=encoded))
         return results
 
     def _flag(self, trace: HeldTrace, original: bytes, graded: _Graded, failed: Failed) -> None:
@@ -399,6 +409,28 @@ class TraceGrader:
                     log.exception("emitting the grade of a run failed")
         if self.remember is not None and not graded.failed:
             self.remember(trace.trace_id_hex, with_logs(original, bytes(trace.logs)), graded.runs)
+
+
+def _stored_grades(trace_id: str, now_ns: int, graded: _Graded) -> list[StoredGrade]:
+    """What the store keeps of a graded trace's runs: each result, as encoded by the grading
+    process when it was (`_Graded.encoded`), else as its dict."""
+    if graded.encoded is None:
+        return [
+            StoredGrade(trace_id, run.span_id or "", run.agent, now_ns, result.to_dict())
+            for run, result in graded.runs
+        ]
+    return [
+        StoredGrade(
+            trace_id,
+            run.span_id or "",
+            run.agent,
+            now_ns,
+            encoded=text,
+            verdict=result.verdict,
+            score=result.score,
+        )
+        for (run, result), text in zip(graded.runs, graded.encoded, strict=True)
+    ]
 
 
 def _ungraded_grades(trace: HeldTrace, now_ns: int, failed: Failed) -> list[StoredGrade]:
@@ -561,16 +593,78 @@ def _slim(run: Run) -> Run:
     )
 
 
+Light = tuple[
+    str | None,
+    str | None,
+    str | None,
+    list[str],
+    str,
+    bool,
+    str,
+    float,
+    list[tuple[str, str, str, int, Any, str | None]],
+]
+"""What the main process reads of a run graded here whose result was encoded for the store:
+(trace id, agent span id, agent, gaps, check, passed, verdict, score, and per finding its
+severity, verdict, tool, step, recovery and the span it is about). Plain values pickle in
+C; the run's steps, the result's reasons and evidence stay here (the text carries them)."""
+
+
+def _light(run: Run, result: CheckResult) -> Light:
+    """See `Light`: what the metrics (`export.metrics`) and the log line read."""
+    return (
+        run.trace_id,
+        run.span_id,
+        run.agent,
+        list(run.gaps),
+        result.check,
+        result.passed,
+        result.verdict,
+        result.score,
+        [
+            (
+                f.severity,
+                f.verdict,
+                f.subject,
+                f.step,
+                f.metadata.get("recovery"),
+                finding_span_id(run, f),
+            )
+            for f in result.findings
+        ],
+    )
+
+
+def _from_light(light: Light) -> tuple[Run, CheckResult]:
+    """The run and result a `Light` stands for, with only what it carries: each finding's
+    span in its metadata (so `finding_span_id` finds it without the run's steps)."""
+    trace_id, span_id, agent, gaps, check, passed, verdict, score, found = light
+    findings: list[Finding] = []
+    for severity, finding_verdict, subject, step, recovery, span in found:
+        metadata: dict[str, Any] = {}
+        if recovery is not None:
+            metadata["recovery"] = recovery
+        if span is not None:
+            metadata["span_id"] = span
+        findings.append(Finding(severity, finding_verdict, subject, "", None, step, metadata))  # type: ignore[arg-type]
+    run = Run(agent=agent, trace_id=trace_id, span_id=span_id, gaps=gaps)
+    return run, CheckResult(check, passed, verdict, score, "", findings, {})  # type: ignore[arg-type]
+
+
 def grade_in_worker(
     data: bytes,
     label: str,
     logs: bool = False,
     held_logs: bytes = b"",
     gaps: list[str] | None = None,
-) -> tuple[bytes, list[tuple[Run, CheckResult]], list[bytes]]:
+    encode: bool = False,
+) -> tuple[bytes, list[tuple[Run, CheckResult]], list[bytes], list[tuple[str, Light]] | None]:
     """Offline grading of one trace's bytes (with the log records held with it), in a
-    grading process: the annotated bytes, the runs (slimmed for the trip back) and, when
-    `logs`, their evaluation log records."""
+    grading process: the annotated bytes, the runs (slimmed for the trip back), when `logs`
+    their evaluation log records. When `encode`, each run instead comes as its result
+    encoded as the store keeps it (`store.encode_result`) and its `Light` values: the runs
+    and results were most of the pickling both ways, and the result's dict and text were
+    the receiving process's work."""
 
     decoded = decode_request(data, source=label, checked=True)
     decoded.logs = decoded.logs + decode_logs(held_logs, label)
@@ -586,7 +680,10 @@ def grade_in_worker(
         gaps=gaps,
     )
     records = encode_logs(graded, now_ns, _WORKER_CONTENT) if logs else []
-    return annotated, [(_slim(run), result) for run, result in graded], records
+    if not encode:
+        return annotated, [(_slim(run), result) for run, result in graded], records, None
+    light = [(encode_result(result.to_dict()), _light(run, result)) for run, result in graded]
+    return annotated, [], records, light
 
 
 def grade_again_in_worker(

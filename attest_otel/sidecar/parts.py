@@ -173,7 +173,8 @@ def build_parts(
         emit_after_worker=telemetry.record_many,
         content=config.content,
         regrade=regrader,
-        remember=regrader.remember,
+        # Only without the store's spans does a regrade start from what it remembered.
+        remember=regrader.remember if regrader.recent is not None else None,
         send_logs=send_logs,
         log_forwarder=log_forwarder,
         quarantine=quarantine,
