@@ -195,7 +195,7 @@ def _log_stage(graded: list[Any]) -> Callable[[list[HeldTrace]], Any] | None:
     """The evaluation log records of every graded run, encoded as they are sent."""
     try:
         from attest_otel.export.log_records import logs_request
-        from attest_otel.sidecar.grading import encode_logs
+        from attest_otel.sidecar.grading_worker import encode_logs
     except ImportError:
         return _sdk_log_stage(graded)
 

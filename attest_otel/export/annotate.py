@@ -102,7 +102,7 @@ def annotate_spans(
 
     Args:
         spans_by_id: protobuf `Span` messages by lowercase hex span id (the parsed
-            request's, `sidecar.grading.grade_decoded`). Spans not named by the
+            request's, `sidecar.grading_worker.grade_decoded`). Spans not named by the
             run are left alone; findings whose span is not in the mapping are skipped.
         run: the run, for its agent span id and, as a fallback, its steps' span ids.
         result: the graded result of `run`.

@@ -156,10 +156,17 @@ class InProcessBudget:
         return box.value  # type: ignore[return-value]
 
 
+KEPT_IDLE_S = 0.5
+"""How long a kept grading thread waits for the next run before it ends: run after run
+reuse it, and a caller that stops grading (the library in a long-lived process) keeps no
+thread."""
+
+
 class _Kept:
     """A grading thread kept between runs (`InProcessBudget(keep_thread=True)`): it runs a
-    job, then waits for the next while the budget has no other idle thread; a thread whose
-    run was abandoned and ends after another was started ends with it."""
+    job, then waits for the next while the budget has no other idle thread, at most
+    KEPT_IDLE_S; a thread whose run was abandoned and ends after another was started ends
+    with it."""
 
     def __init__(self, budget: InProcessBudget) -> None:
         self.budget = budget
@@ -169,7 +176,15 @@ class _Kept:
 
     def _loop(self) -> None:
         while self.stay:
-            self.jobs.get()(self._back)
+            try:
+                job = self.jobs.get(timeout=KEPT_IDLE_S)
+            except queue.Empty:
+                with self.budget._lock:
+                    if self.budget._kept is self:  # still idle, nobody took it: end
+                        self.budget._kept = None
+                        return
+                continue  # taken meanwhile: its job is on the way
+            job(self._back)
 
     def _back(self) -> None:
         """Under the budget's lock: idle again, unless another thread already is."""

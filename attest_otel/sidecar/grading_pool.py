@@ -25,7 +25,8 @@ from typing import Any
 from attest_otel.content import ContentPolicy
 from attest_otel.sidecar.buffer import HeldTrace
 from attest_otel.sidecar.config import GradingConfig
-from attest_otel.sidecar.grading import TraceGrader, init_worker
+from attest_otel.sidecar.grading import TraceGrader
+from attest_otel.sidecar.grading_worker import init_worker
 from attest_otel.sidecar.quarantine import Quarantine
 from attest_otel.sidecar.requests import GradingCapacity
 from attest_otel.sidecar.stats import SidecarStats

@@ -60,13 +60,8 @@ from attest_otel.model import CheckResult, Run, shown_score
 from attest_otel.sidecar.bounded import InProcessBudget
 from attest_otel.sidecar.buffer import HeldTrace, read_shape
 from attest_otel.sidecar.forward import Forwarder, ForwardItem
-from attest_otel.sidecar.grading import (
-    GradingFailed,
-    ProcessPool,
-    encode_logs,
-    grade_again,
-    grade_again_in_worker,
-)
+from attest_otel.sidecar.grading import GradingFailed, ProcessPool
+from attest_otel.sidecar.grading_worker import encode_logs, grade_again, grade_again_in_worker
 from attest_otel.sidecar.shape import service_name
 from attest_otel.sidecar.stats import SidecarStats
 from attest_otel.sidecar.wire import split_request
@@ -161,7 +156,7 @@ class Regrader:
         """Whether senders present the ingest token (else the late spans' sender is only
         the `service.name` they declare)."""
         self.pool = pool
-        """The grading processes (`grading.grade_again_in_worker`); None: grade here."""
+        """The grading processes (`grading_worker.grade_again_in_worker`); None: grade here."""
         self.send_logs = send_logs
         """Sends the evaluation log records of the runs a regrade graded anew; None: log
         events are off. A trace held first from its log records (the logs pipeline is often
@@ -389,7 +384,7 @@ class Regrader:
     def _grade_again(
         self, prior: bytes, late: bytes, label: str
     ) -> tuple[bytes, list[tuple[Run, CheckResult]]]:
-        """`grading.grade_again` in a grading process when there is one, else here."""
+        """`grading_worker.grade_again` in a grading process when there is one, else here."""
         pool = self.pool
         if pool is not None and pool.running:
             # Never again here when the process failed: what stalled it would stall us.

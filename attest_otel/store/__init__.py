@@ -24,13 +24,8 @@ from attest_otel.store.base import (
     part_digest,
     redact,
 )
-from attest_otel.store.sqlite import (
-    StoredGrade,
-    StoredTrace,
-    StoreWriter,
-    TraceStore,
-    default_store_path,
-)
+from attest_otel.store.records import StoredGrade, StoredTrace
+from attest_otel.store.sqlite import StoreWriter, TraceStore, default_store_path
 
 if TYPE_CHECKING:
     from attest_otel.store.postgres import PostgresStore

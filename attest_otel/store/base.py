@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from attest_otel.store.sqlite import StoredGrade, StoredTrace
+from attest_otel.store.records import StoredGrade, StoredTrace
 
 __all__ = [
     "URL_SCHEMES",

@@ -50,9 +50,9 @@ from attest_otel.store.base import (
     url_problem,
 )
 from attest_otel.store.migrations import LOCK_KEY, migrate
+from attest_otel.store.records import StoredGrade, StoredTrace, grades_from_rows
 from attest_otel.store.rollup import Deltas, edges, summary_sql
 from attest_otel.store.sizing import TableBudget
-from attest_otel.store.sqlite import StoredGrade, StoredTrace, grades_from_rows
 
 __all__ = ["URL_SCHEMES", "PostgresStore", "PutItem", "Unreachable", "is_url", "redact"]
 

@@ -37,8 +37,8 @@ import psycopg
 from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.plumbing.throttled_log import Throttled
 from attest_otel.store.postgres import PostgresStore, PutItem, Unreachable
+from attest_otel.store.records import StoredGrade
 from attest_otel.store.scrub import scrub_result, scrub_traces
-from attest_otel.store.sqlite import StoredGrade
 
 __all__ = ["SharedStoreWriter"]
 

@@ -25,7 +25,7 @@ from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_bytes, decode_request, hydrate, is_skeleton
 from attest_otel.ingest.otlp_proto import SpanSource
 from attest_otel.model import Event
-from attest_otel.sidecar.grading import grade_decoded
+from attest_otel.sidecar.grading_worker import grade_decoded
 from tests.fuzz.test_wire_differential import ld, nested_value
 
 TRACE = bytes(range(16))

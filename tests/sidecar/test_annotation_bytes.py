@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from attest_otel.content import KEEP, ContentPolicy
 from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_request
-from attest_otel.sidecar.grading import grade_decoded
+from attest_otel.sidecar.grading_worker import grade_decoded
 from tests.sidecar.test_wire import _fixture_requests
 
 TRACES = Path(__file__).parent.parent / "fixtures" / "traces"

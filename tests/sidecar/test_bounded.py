@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from attest_otel.sidecar.bounded import ABANDONED, BoundedJudge, InProcessBudget
+from attest_otel.sidecar.bounded import ABANDONED, KEPT_IDLE_S, BoundedJudge, InProcessBudget
 from attest_otel.sidecar.workers import Failed
 
 
@@ -126,3 +126,17 @@ def test_a_kept_thread_grades_run_after_run_and_one_abandoned_is_replaced() -> N
     assert budget.run(lambda abandoned: threading.get_ident()) == after
     assert budget.run(lambda abandoned: 1 / 0).reason == "error"  # type: ignore[union-attr]
     assert budget.run(lambda abandoned: threading.get_ident()) == after
+
+
+def test_a_kept_thread_ends_once_no_run_comes() -> None:
+    """A caller that stops grading (the library in a long-lived process) keeps no thread."""
+    budget = InProcessBudget(5, keep_thread=True)
+    ident = budget.run(lambda abandoned: threading.get_ident())
+    assert any(t.ident == ident for t in threading.enumerate())
+    deadline = time.monotonic() + KEPT_IDLE_S + 5
+    while any(t.ident == ident for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(t.ident == ident for t in threading.enumerate())
+    again = budget.run(lambda abandoned: threading.get_ident())  # a new one takes the next run
+    assert again != threading.get_ident()
+    assert budget.run(lambda abandoned: threading.get_ident()) == again

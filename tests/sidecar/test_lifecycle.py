@@ -128,6 +128,7 @@ def test_a_service_whose_receiver_cannot_listen_leaves_no_lock_thread_or_port(
 ) -> None:
     """The gRPC port is taken: the start fails with that one error, and everything started
     before it (the buffer dir's lock, the store, forwarders, grading) is undone."""
+    before = set(threading.enumerate())  # an earlier test's threads in this worker are not ours
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -145,6 +146,10 @@ def test_a_service_whose_receiver_cannot_listen_leaves_no_lock_thread_or_port(
         with pytest.raises(Exception, match="cannot listen"):
             service.start()
     assert service.lifecycle.started == ()
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("attest-otel")]
+    assert not [
+        t.name
+        for t in set(threading.enumerate()) - before
+        if t.name.startswith("attest-otel") and t.is_alive()
+    ]
     release(claim(tmp_path / "buf"))  # the lock was given back: another sidecar may take it
     assert service.shutdown(1.0)  # after a failed start: nothing to do

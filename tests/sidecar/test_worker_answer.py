@@ -1,5 +1,5 @@
 """What a grading process sends back when the store keeps its results: each result encoded
-as the store writes it, and the run and result light (`grading.Light`). The store must hold
+as the store writes it, and the run and result light (`grading_worker.Light`). The store must hold
 the same text, the metrics and the log line read the same values, as when the whole run and
 result came back and the result was encoded in the receiving process."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from attest_otel.export.results import finding_span_id
-from attest_otel.sidecar import grading
+from attest_otel.sidecar import grading_worker as grading
 from attest_otel.store import StoredGrade, TraceStore
-from attest_otel.store.sqlite import encode_result
+from attest_otel.store.records import encode_result
 from tests.sidecar.test_annotation_bytes import _requests
 
 
@@ -45,7 +45,7 @@ def test_each_result_is_encoded_as_the_store_would_and_light_keeps_what_is_read(
     for whole, light in answers:
         texts = [text for text, _ in light[3]]
         assert texts == [encode_result(result.to_dict()) for _, result in whole[1]]
-        rebuilt = [grading._from_light(one) for _, one in light[3]]
+        rebuilt = [grading.from_light(one) for _, one in light[3]]
         for (run, result), (lrun, lresult) in zip(whole[1], rebuilt, strict=True):
             assert (lrun.trace_id, lrun.span_id, lrun.agent, lrun.gaps) == (
                 run.trace_id,
@@ -92,7 +92,7 @@ def test_a_grade_given_as_text_is_stored_and_read_as_one_given_as_its_dict(
                     score=result.score,
                 )
                 for text, (run, result) in (
-                    (text, grading._from_light(one)) for text, one in light[3]
+                    (text, grading.from_light(one)) for text, one in light[3]
                 )
             ]
             assert [(g.verdict, g.score) for g in by_text] == [
