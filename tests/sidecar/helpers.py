@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import ssl
@@ -48,15 +47,36 @@ FAST_CONFIG: dict[str, Any] = {
 tests instead."""
 
 
-_STARTED = re.compile(r"grpc=\S*:(?P<grpc>\d+) http=\S*:(?P<http>\d+)")
-"""The sidecar's start-up log line names the ports it bound (logfmt)."""
+_RESERVED = (20000, 32000)
+"""Ports the sidecar tests hand out, below the kernel's ephemeral range (32768-60999 by
+default): a port the kernel picked can be taken, between a `kill -9` and the restart that
+reuses it, by any process's outgoing connection, and was (`test_kill_9_with_buffer_dir_loses_
+no_acknowledged_span`, 'Address already in use'). Each pytest-xdist worker takes its own
+slice, in order, so no two tests of a run are given one port."""
+
+
+def _slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    width = (_RESERVED[1] - _RESERVED[0]) // count
+    start = _RESERVED[0] + index * width
+    return range(start, start + width)
+
+
+_NEXT = iter(_slice())
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port free now, of this worker's slice (`_RESERVED`), never handed out before."""
+    for port in _NEXT:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port left in {_slice()}")
 
 
 def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -89,9 +109,10 @@ class Sidecar:
     """Extra environment (e.g. ANTHROPIC_BASE_URL of the fake Messages API)."""
 
     def start(self, *, wait: bool = True) -> Sidecar:
-        # Port 0: the kernel picks free ports as the sidecar binds them, and the start-up log
-        # line says which (no pick-close-reuse race with other tests). A restart reuses them.
-        discover = not self.grpc_port
+        # Ports of this worker's own slice, below the kernel's ephemeral range (`free_port`):
+        # nothing else picks them, so a restart can reuse them.
+        if not self.grpc_port:
+            self.grpc_port, self.http_port = free_port(), free_port()
         cfg = self.tmp / "sidecar.yaml"
         cfg.write_text(yaml.safe_dump(merged(FAST_CONFIG, self.config)))
         self.log_path = self.tmp / f"sidecar-{int(time.time() * 1000)}.log"
@@ -117,24 +138,9 @@ class Sidecar:
         ]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=log)
-        if discover:
-            self._discover_ports()
         if wait:
             self.wait_ready()
         return self
-
-    def _discover_ports(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            found = _STARTED.search(self.log())
-            if found:
-                self.grpc_port, self.http_port = int(found["grpc"]), int(found["http"])
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"sidecar exited {self.proc.returncode}:\n{self.log()}")
-            time.sleep(0.05)
-        raise AssertionError(f"sidecar did not say its ports in {timeout}s:\n{self.log()}")
 
     @property
     def grpc_endpoint(self) -> str:
