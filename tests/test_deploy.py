@@ -112,7 +112,12 @@ def prometheus_image_tag(module: str) -> str:
 
 @pytest.mark.parametrize(
     ("module", "jaeger", "prometheus"),
-    [("v1.63.0", "2.0.0", None), ("v1.76.0", "2.13.0", None), ("v0.305.0", None, "v3.5.0")],
+    [
+        ("v1.63.0", "2.0.0", None),
+        ("v1.75.0", "2.12.0", None),
+        ("v1.76.0", "2.13.0", None),
+        ("v0.305.0", None, "v3.5.0"),
+    ],
 )
 def test_module_versions_map_to_the_release_tags_the_projects_publish(
     module: str, jaeger: str | None, prometheus: str | None

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test peers from source into a cache outside the repository, kept between runs:
 #   the Collector of collector-config/builder-config.yaml (ocb v0.161.0),
-#   Jaeger v2 v1.76.0 (through the Go module in tools/peers/jaeger),
+#   Jaeger v2 v1.75.0 (through the Go module in tools/peers/jaeger),
 #   Prometheus 3 v0.316.0 (3.x; its OTLP receiver keeps the grade metrics' exemplars).
 # A peer already in the cache is not rebuilt; delete its file to rebuild it. On a fresh
 # machine all three take about 12 minutes on 2 cores (docs/peers.md has the measured times).
@@ -17,7 +17,7 @@ export GOBIN="$cache/gobin"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 OCB_VERSION=v0.161.0
-JAEGER_VERSION=v1.76.0
+JAEGER_VERSION=v1.75.0
 PROMETHEUS_VERSION=v0.316.0
 
 command -v go >/dev/null 2>&1 || { echo "build-peers: go is not on PATH (the peers build from source with Go)" >&2; exit 2; }
@@ -41,9 +41,13 @@ build_collector() {
     { tail -n 30 "$cache/collector-build.log" >&2; return 1; }
 }
 
+# A peer built at another version than the one named above is rebuilt: its version is kept
+# beside it, so a bump here reaches every machine's cache.
+current() { [ -x "$cache/$1" ] && [ "$(cat "$cache/$1.version" 2>/dev/null)" = "$2" ]; }
+
 build_jaeger() {
   local out="$cache/jaeger"
-  [ -x "$out" ] && return 0
+  current jaeger "$JAEGER_VERSION" && return 0
   say "building Jaeger v2 $JAEGER_VERSION (tools/peers/jaeger): ~4 min on 2 cores"
   local work="$cache/jaeger-module"
   mkdir -p "$work"
@@ -52,15 +56,17 @@ build_jaeger() {
   (cd "$work" && go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@$JAEGER_VERSION" &&
     go build -o "$out" github.com/jaegertracing/jaeger/cmd/jaeger) >"$cache/jaeger-build.log" 2>&1 ||
     { tail -n 30 "$cache/jaeger-build.log" >&2; return 1; }
+  echo "$JAEGER_VERSION" >"$out.version"
 }
 
 build_prometheus() {
   local out="$cache/prometheus"
-  [ -x "$out" ] && return 0
+  current prometheus "$PROMETHEUS_VERSION" && return 0
   say "building Prometheus 3 ($PROMETHEUS_VERSION): ~5 min on 2 cores"
   go install "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION" >"$cache/prometheus-build.log" 2>&1 ||
     { tail -n 30 "$cache/prometheus-build.log" >&2; return 1; }
   cp "$GOBIN/prometheus" "$out"
+  echo "$PROMETHEUS_VERSION" >"$out.version"
 }
 
 peers=("$@")

@@ -292,7 +292,7 @@ def _json_documents(body: bytes) -> list[Any]:
 
 
 def _json_body(r: Response) -> bool:
-    """Jaeger v2's api_v3 labels its JSON `text/plain` (v1.76.0 / v2.13.0, answers and
+    """Jaeger v2's api_v3 labels its JSON `text/plain` (v1.75.0 / v2.12.0, answers and
     errors alike): a body that opens as a JSON object counts as JSON whatever its label;
     the UI's HTML page, answering a Jaeger without api_v3, does not."""
     return r.is_json or r.body.lstrip()[:1] == b"{"

@@ -1,6 +1,6 @@
 """Jaeger: api_v3 (OTLP JSON, wrapped or bare, streamed) and the classic JSON fallback.
 
-What a real Jaeger serves is read from a real one: Jaeger v2 v1.76.0 (v2.13.0) built by
+What a real Jaeger serves is read from a real one: Jaeger v2 v1.75.0 (v2.12.0) built by
 tools/build-peers.sh, memory storage, fed the fixtures by the OTel SDK's OTLP exporter
 (tests/sources/real_jaeger.py): api_v3, the classic API (reached by hiding api_v3 behind a
 relay that passes Jaeger's own answers through), 64-bit trace ids, an unknown trace. Those
