@@ -17,7 +17,7 @@ WIRE_SRC := rust/attest_wire/pyproject.toml rust/attest_wire/Cargo.toml rust/att
 # by the wire core").
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup proto test test-deps rust-test fuzz-short test-phoenix lint check demo bench fixtures clean collector
+.PHONY: setup proto test test-deps rust-test go-test fuzz-short test-phoenix lint check demo bench fixtures clean collector
 
 $(UV):
 	$(PY) -m venv $(TOOLS)
@@ -39,6 +39,7 @@ lint: setup
 	$(BIN)/mypy --strict attest_otel
 	@out=$$($(BIN)/lint-imports --no-cache 2>&1) || { echo "$$out"; exit 1; }; echo "$$out" | tail -n 1
 	cd rust/attest_wire && cargo fmt --check && cd fuzz && cargo fmt --check
+	@test -z "$$(gofmt -l collector)" || { gofmt -l collector; echo "gofmt: the files above"; exit 1; }
 
 # The real test peers: the Collector, Jaeger v2 and Prometheus 3 built from source into
 # ~/.cache/attest-otel/peers (tools/build-peers.sh, kept between runs), Debian's chromium and
@@ -49,7 +50,7 @@ test-deps:
 
 # pytest in two workers (pytest-xdist): most tests wait on servers they start, so two share
 # the two cores better than one; each test starts its servers on free loopback ports.
-test: setup lint test-deps rust-test fuzz-short
+test: setup lint test-deps rust-test go-test fuzz-short
 	$(BIN)/pytest -q -n 2
 
 # The wire core's own tests (Rust: the varint, the validator's and the cut's edge cases).
@@ -57,6 +58,11 @@ test: setup lint test-deps rust-test fuzz-short
 # documents for `cargo test`.
 rust-test:
 	cd rust/attest_wire && cargo test --locked --quiet
+
+# attest-otel's Collector connector (collector/attestroutingconnector), built against the
+# tested Collector release; the real Collector runs it in tests/peers.
+go-test:
+	cd collector/attestroutingconnector && go vet ./... && go test -count=1 ./...
 
 # The wire core against prost for a few seconds (tools/fuzz.sh; FUZZ_SECONDS for longer).
 fuzz-short:

@@ -10,7 +10,9 @@ spans) goes through
   (B) sidecar     otelcol.yaml as shipped: out to `attest-otel serve` and back through the
                   Collector's second pipeline to the backend;
   (C) routing     genai-routing.yaml: GenAI spans out and back through the sidecar, the rest
-                  straight to the backend.
+                  straight to the backend (otelcol-contrib's filter processor);
+  (D) connector   genai-routing-attest.yaml: the same routing by attest-otel's own connector
+                  (collector/attestroutingconnector), one pass, no copy per pipeline.
 
 The backend is a parse-only OTLP/gRPC server (a process that parses each request with upb
 and counts its spans) standing for Tempo/Jaeger; the parse-only row sends the load to it
@@ -72,6 +74,8 @@ SIDECAR_CONFIG = (
 PROBE_MARK = b"\xfe\xed\xfa\xce"
 """First bytes of a probe's trace id: the backend times those traces (and looks for them
 only in requests whose bytes hold the mark, so counting stays the backend's only work)."""
+_extra_sidecar_config = ""
+"""`--grading-nice`: what main() adds to SIDECAR_CONFIG for this run."""
 LATENCY_BATCH_TIMEOUT = "1ms"
 SIDECAR_CPU = "1"
 """With --pin: the sidecar and its grading processes on this CPU, the rest on CPU 0."""
@@ -207,10 +211,12 @@ def serve_backend(port: int, http_port: int) -> None:
 def _collector_config(
     kind: str, backend: str, sidecar: str, ports: dict[str, int], batch_timeout: str | None = None
 ) -> str:
-    """otelcol.yaml or genai-routing.yaml with every endpoint on loopback: Tempo -> the
+    """otelcol.yaml or a routing config with every endpoint on loopback: Tempo -> the
     backend, Jaeger's exporter left out (one backend), the sidecar where it runs; with
     `batch_timeout`, every batch processor's timeout set to it."""
-    source = "genai-routing.yaml" if kind == "routing" else "otelcol.yaml"
+    source = {"routing": "genai-routing.yaml", "connector": "genai-routing-attest.yaml"}.get(
+        kind, "otelcol.yaml"
+    )
     data: dict[str, Any] = yaml.safe_load((COLLECTOR_CONFIG / source).read_text())
     data["receivers"]["otlp"]["protocols"] = {"grpc": {"endpoint": f"127.0.0.1:{ports['in']}"}}
     data["receivers"]["otlp/graded"]["protocols"]["grpc"]["endpoint"] = (
@@ -224,8 +230,11 @@ def _collector_config(
     pipelines = data["service"]["pipelines"]
     for name in [n for n in pipelines if not n.startswith("traces/")]:
         pipelines.pop(name)  # the load is traces only
+    connectors = data.get("connectors") or {}
     for pipeline in pipelines.values():
-        pipeline["exporters"] = [e for e in pipeline["exporters"] if e in exporters]
+        pipeline["exporters"] = [
+            e for e in pipeline["exporters"] if e in exporters or e in connectors
+        ]
     if kind == "collector":  # the first pipeline straight to the backend
         pipelines.pop("traces/out")
         pipelines["traces/in"]["exporters"] = ["otlp_grpc/tempo"]
@@ -257,7 +266,7 @@ class Rig:
             self.sidecar = SidecarRun(
                 tmp / f"sidecar-{kind}",
                 f"127.0.0.1:{ports['graded']}",
-                config_text=SIDECAR_CONFIG,
+                config_text=SIDECAR_CONFIG + _extra_sidecar_config,
                 cpus=SIDECAR_CPU if pin else None,
             )
         config = tmp / f"otelcol-{kind}.yaml"
@@ -424,6 +433,9 @@ def plain_latency(
     return 1000 * waits[len(waits) // 2], 1000 * waits[min(len(waits) - 1, int(len(waits) * 0.99))]
 
 
+KINDS = ("collector", "sidecar", "routing", "connector")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests")
@@ -438,8 +450,17 @@ def main() -> None:
         metavar="SPANS_PER_S",
         help="only the plain-span latency rows, under this mixed load",
     )
+    parser.add_argument(
+        "--grading-nice",
+        type=int,
+        metavar="N",
+        help="the sidecar's grading.nice (default: the shipped default)",
+    )
     parser.add_argument("--backend", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global _extra_sidecar_config
+    if args.grading_nice is not None:
+        _extra_sidecar_config = f"grading: {{nice: {args.grading_nice}}}\n"
     if args.backend:
         serve_backend(*args.backend)
         return
@@ -462,27 +483,27 @@ def main() -> None:
             return
         print(
             f"{'workload':28s} {'parse-only':>10s} {'(A) alone':>10s} {'(B) sidecar':>11s} "
-            f"{'B/A':>5s} {'(C) routing':>11s} {'C/A':>5s}   spans/s, end to end"
+            f"{'B/A':>5s} {'(C) routing':>11s} {'C/A':>5s} {'(D) connector':>13s} {'D/A':>5s}"
+            "   spans/s, end to end"
         )
         for name, reqs in (("agent-heavy (100% GenAI)", agent), ("mixed (10% GenAI)", mixed)):
-            row = {
-                k: throughput(k, reqs, tmp, args.pin)
-                for k in ("parse-only", "collector", "sidecar", "routing")
-            }
+            row = {k: throughput(k, reqs, tmp, args.pin) for k in ("parse-only", *KINDS)}
             rates[name] = row
-            a, b, c = row["collector"], row["sidecar"], row["routing"]
+            a, b, c, d = (row[k] for k in KINDS)
             print(
                 f"{name:28s} {row['parse-only'].per_s:10,.0f} {a.per_s:10,.0f} "
                 f"{b.per_s:11,.0f} {b.per_s / a.per_s:5.2f} {c.per_s:11,.0f} "
-                f"{c.per_s / a.per_s:5.2f}",
+                f"{c.per_s / a.per_s:5.2f} {d.per_s:13,.0f} {d.per_s / a.per_s:5.2f}",
                 flush=True,
             )
+            share = 1.0 if "agent" in name else 0.1
             print(
                 f"{'':28s} Collector CPU per span: (A) {a.collector_us:.1f} us, "
-                f"(B) {b.collector_us:.1f} us, (C) {c.collector_us:.1f} us "
-                f"[capacity A/C {a.collector_us / c.collector_us:.2f}]; sidecar CPU per span "
-                f"it saw: (B) {b.sidecar_us:.1f} us, (C) "
-                f"{c.sidecar_us / (1.0 if 'agent' in name else 0.1):.1f} us",
+                f"(B) {b.collector_us:.1f} us, (C) {c.collector_us:.1f} us, "
+                f"(D) {d.collector_us:.1f} us [capacity A/C {a.collector_us / c.collector_us:.2f}, "
+                f"A/D {a.collector_us / d.collector_us:.2f}]; sidecar CPU per span it saw: "
+                f"(B) {b.sidecar_us:.1f} us, (C) {c.sidecar_us / share:.1f} us, "
+                f"(D) {d.sidecar_us / share:.1f} us",
                 flush=True,
             )
         mixed_rates = rates["mixed (10% GenAI)"]
@@ -491,17 +512,17 @@ def main() -> None:
 
 
 def latency(mixed: list[bytes], offered: float, probes: int, tmp: Path, pin: bool) -> None:
-    """The plain-span latency rows: (A), (B) and (C) one after another, same load."""
-    lat = {
-        k: plain_latency(k, mixed, offered, probes, tmp, pin)
-        for k in ("collector", "sidecar", "routing")
-    }
-    (a50, a99), (b50, b99), (c50, c99) = lat["collector"], lat["sidecar"], lat["routing"]
+    """The plain-span latency rows: every configuration one after another, same load."""
+    lat = {k: plain_latency(k, mixed, offered, probes, tmp, pin) for k in KINDS}
+    a50, a99 = lat["collector"]
+    rows = [f"(A) {a50:.1f} / {a99:.1f} ms"]
+    for label, kind in zip("BCD", KINDS[1:], strict=True):
+        p50, p99 = lat[kind]
+        added = f"added {p50 - a50:+.1f} / {p99 - a99:+.1f}"
+        rows.append(f"({label}) {p50:.1f} / {p99:.1f} ms ({added})")
     print(
         f"plain spans, mixed load at {offered:,.0f} spans/s, {probes} probes, p50 / p99: "
-        f"(A) {a50:.1f} / {a99:.1f} ms; (B) {b50:.1f} / {b99:.1f} ms "
-        f"(added {b50 - a50:+.1f} / {b99 - a99:+.1f}); (C) {c50:.1f} / {c99:.1f} ms "
-        f"(added {c50 - a50:+.1f} / {c99 - a99:+.1f})"
+        + "; ".join(rows)
     )
 
 

@@ -28,8 +28,12 @@ build_collector() {
   local out="$cache/otelcol-attest"
   # The manifest's output_path points into the repo for the builder run by hand; the cache
   # copy is the same manifest with its output path replaced. A changed manifest rebuilds.
+  # The connector of our own is built from the repo: its path made absolute, and its
+  # sources' digest kept with the manifest, so a change to them rebuilds too.
   local manifest
-  manifest=$(sed "s|^  output_path: .*|  output_path: $out|" "$repo/collector-config/builder-config.yaml")
+  manifest=$(sed -e "s|^  output_path: .*|  output_path: $out|" \
+    -e "s|^    path: \./|    path: $repo/|" "$repo/collector-config/builder-config.yaml")
+  manifest+=$'\n'"# sources: $(cd "$repo/collector" && find . -type f \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' \) ! -name '*_test.go' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
   if [ -x "$out/otelcol-attest" ] && [ "$manifest" = "$(cat "$cache/builder-config.yaml" 2>/dev/null)" ]; then
     return 0
   fi

@@ -1,8 +1,10 @@
-"""Writes collector-config/genai-routing.yaml: the Collector sends the GenAI spans to the
-sidecar and every other span straight to the backends.
+"""Writes collector-config/genai-routing.yaml (otelcol-contrib's filter processor) and
+genai-routing-attest.yaml (attest-otel's routing connector, for the Collector of
+builder-config.yaml): the Collector sends the GenAI spans to the sidecar and every other
+span straight to the backends.
 
-    .venv/bin/python tools/gen_routing.py           writes the file
-    .venv/bin/python tools/gen_routing.py --check   exits 1 if it is out of date
+    .venv/bin/python tools/gen_routing.py           writes both files
+    .venv/bin/python tools/gen_routing.py --check   exits 1 if one is out of date
 
 One source of truth: the filter conditions are the dialects' declared markers
 (`attest_otel.adapt.registry`: span name prefixes and suffixes, attribute key prefixes,
@@ -157,105 +159,201 @@ def _pipelines(signal: str, backends: str) -> list[str]:
     ]
 
 
+RECEIVERS = [
+    "receivers:",
+    "  otlp:",
+    "    protocols:",
+    "      grpc:",
+    "        endpoint: 0.0.0.0:4317",
+    "      http:",
+    "        endpoint: 0.0.0.0:4318",
+    "  otlp/graded:",
+    "    protocols:",
+    "      grpc:",
+    "        endpoint: 0.0.0.0:14317",
+    "",
+    "processors:",
+    "  memory_limiter:",
+    "    check_interval: 1s",
+    "    limit_percentage: 80",
+    "    spike_limit_percentage: 20",
+    "  # Capped: the sidecar refuses gRPC requests over 4 MiB (otelcol.yaml says more).",
+    "  batch:",
+    "    send_batch_size: 1024",
+    "    send_batch_max_size: 1024",
+]
+
+EXPORTERS = [
+    "exporters:",
+    "  # Uncompressed: the sidecar runs beside the Collector, and gzip would cost both",
+    "  # sides more CPU than the whole routing (docs/genai-routing.md).",
+    "  otlp_grpc/attest:",
+    "    endpoint: attest-otel:24317",
+    "    compression: none",
+    "    tls:",
+    "      insecure: true",
+    "    timeout: 5s",
+    "    sending_queue:",
+    "      enabled: true",
+    "      num_consumers: 4",
+    "      queue_size: 5000",
+    "    retry_on_failure:",
+    "      enabled: true",
+    "      initial_interval: 1s",
+    "      max_interval: 30s",
+    "      max_elapsed_time: 300s",
+    "  otlp_grpc/tempo:",
+    "    endpoint: tempo:4317",
+    "    tls:",
+    "      insecure: true",
+    "  otlp_grpc/jaeger:",
+    "    endpoint: jaeger:4317",
+    "    tls:",
+    "      insecure: true",
+    "  otlp_http/loki:",
+    "    endpoint: http://loki:3100/otlp",
+    "    tls:",
+    "      insecure: true",
+    "  otlp_http/prometheus:",
+    "    metrics_endpoint: http://prometheus:9090/api/v1/otlp/v1/metrics",
+    "    tls:",
+    "      insecure: true",
+    "",
+]
+
+BACKENDS = {"traces": "otlp_grpc/tempo, otlp_grpc/jaeger", "logs": "otlp_http/loki"}
+
+OUT_PIPELINES = [
+    "    # The apps' metrics: the sidecar would pass them on untouched, so they go straight.",
+    "    metrics/in:",
+    "      receivers: [otlp]",
+    "      processors: [memory_limiter, batch]",
+    "      exporters: [otlp_http/prometheus]",
+    "    traces/out:",
+    "      receivers: [otlp/graded]",
+    "      processors: [batch]",
+    "      exporters: [otlp_grpc/tempo, otlp_grpc/jaeger]",
+    "    logs/out:",
+    "      receivers: [otlp/graded]",
+    "      processors: [batch]",
+    "      exporters: [otlp_http/loki]",
+    "    metrics/out:",
+    "      receivers: [otlp/graded]",
+    "      processors: [batch]",
+    "      exporters: [otlp_http/prometheus]",
+]
+
+
 def render() -> str:
+    """genai-routing.yaml: the filter processor, three pipelines per signal."""
     lines = [
         HEADER,
-        "receivers:",
-        "  otlp:",
-        "    protocols:",
-        "      grpc:",
-        "        endpoint: 0.0.0.0:4317",
-        "      http:",
-        "        endpoint: 0.0.0.0:4318",
-        "  otlp/graded:",
-        "    protocols:",
-        "      grpc:",
-        "        endpoint: 0.0.0.0:14317",
-        "",
-        "processors:",
-        "  memory_limiter:",
-        "    check_interval: 1s",
-        "    limit_percentage: 80",
-        "    spike_limit_percentage: 20",
-        "  # Capped: the sidecar refuses gRPC requests over 4 MiB (otelcol.yaml says more).",
-        "  batch:",
-        "    send_batch_size: 1024",
-        "    send_batch_max_size: 1024",
+        *RECEIVERS,
         *_filters("traces", markers()),
         *_filters("logs", log_markers()),
         "",
-        "exporters:",
-        "  # Uncompressed: the sidecar runs beside the Collector, and gzip would cost both",
-        "  # sides more CPU than the whole routing (docs/genai-routing.md).",
-        "  otlp_grpc/attest:",
-        "    endpoint: attest-otel:24317",
-        "    compression: none",
-        "    tls:",
-        "      insecure: true",
-        "    timeout: 5s",
-        "    sending_queue:",
-        "      enabled: true",
-        "      num_consumers: 4",
-        "      queue_size: 5000",
-        "    retry_on_failure:",
-        "      enabled: true",
-        "      initial_interval: 1s",
-        "      max_interval: 30s",
-        "      max_elapsed_time: 300s",
-        "  otlp_grpc/tempo:",
-        "    endpoint: tempo:4317",
-        "    tls:",
-        "      insecure: true",
-        "  otlp_grpc/jaeger:",
-        "    endpoint: jaeger:4317",
-        "    tls:",
-        "      insecure: true",
-        "  otlp_http/loki:",
-        "    endpoint: http://loki:3100/otlp",
-        "    tls:",
-        "      insecure: true",
-        "  otlp_http/prometheus:",
-        "    metrics_endpoint: http://prometheus:9090/api/v1/otlp/v1/metrics",
-        "    tls:",
-        "      insecure: true",
-        "",
+        *EXPORTERS,
         "service:",
         "  pipelines:",
-        *_pipelines("traces", "otlp_grpc/tempo, otlp_grpc/jaeger"),
-        *_pipelines("logs", "otlp_http/loki"),
-        "    # The apps' metrics: the sidecar would pass them on untouched, so they go straight.",
-        "    metrics/in:",
-        "      receivers: [otlp]",
-        "      processors: [memory_limiter, batch]",
-        "      exporters: [otlp_http/prometheus]",
-        "    traces/out:",
-        "      receivers: [otlp/graded]",
-        "      processors: [batch]",
-        "      exporters: [otlp_grpc/tempo, otlp_grpc/jaeger]",
-        "    logs/out:",
-        "      receivers: [otlp/graded]",
-        "      processors: [batch]",
-        "      exporters: [otlp_http/loki]",
-        "    metrics/out:",
-        "      receivers: [otlp/graded]",
-        "      processors: [batch]",
-        "      exporters: [otlp_http/prometheus]",
+        *_pipelines("traces", BACKENDS["traces"]),
+        *_pipelines("logs", BACKENDS["logs"]),
+        *OUT_PIPELINES,
     ]
     return "\n".join(lines) + "\n"
 
 
+def _yaml_list(key: str, items: tuple[str, ...]) -> list[str]:
+    return [f"    {key}:", *(f"      - {_yaml_string(i)}" for i in items)]
+
+
+def _connector() -> list[str]:
+    """The markers as the connector's lists: the same test `Markers.routes` states."""
+    m = declared_markers()
+    return [
+        "connectors:",
+        "  # One pass over each request: a scope tested once, a span by its name and keys; what",
+        "  # all goes one way is moved whole, nothing is copied per pipeline.",
+        "  attest_routing:",
+        "    genai: [traces/genai, logs/genai]",
+        "    plain: [traces/plain, logs/plain]",
+        *_yaml_list("scope_names", m.scopes),
+        *_yaml_list("scope_markers", m.scope_markers),
+        *_yaml_list("span_name_prefixes", m.name_prefixes),
+        *_yaml_list("span_name_suffixes", m.name_suffixes),
+        *_yaml_list("event_name_prefixes", m.event_prefixes),
+        *_yaml_list("attribute_keys", m.routing_keys),
+        "",
+    ]
+
+
+def _routed_pipelines(signal: str) -> list[str]:
+    return [
+        f"    {signal}/in:",
+        "      receivers: [otlp]",
+        "      processors: [memory_limiter]",
+        "      exporters: [attest_routing]",
+        f"    {signal}/genai:",
+        "      receivers: [attest_routing]",
+        "      processors: [batch]",
+        "      exporters: [otlp_grpc/attest]",
+        f"    {signal}/plain:",
+        "      receivers: [attest_routing]",
+        "      processors: [batch]",
+        f"      exporters: [{BACKENDS[signal]}]",
+    ]
+
+
+ATTEST_HEADER = """\
+# GENERATED by tools/gen_routing.py from attest_otel/adapt/registry.py: do not edit by hand.
+# GenAI-only routing for the Collector of collector-config/builder-config.yaml
+# (otelcol-contrib 0.161.0's components and attest-otel's `attest_routing` connector,
+# collector/attestroutingconnector): the same routing as genai-routing.yaml, in one pass
+# and without a copy of each request per pipeline (docs/genai-routing.md has the costs).
+# With otelcol-contrib, use genai-routing.yaml. Same ports: 4317/4318 in, 14317 back.
+#
+#   apps ──► [otlp] ── traces/in, logs/in ──► attest_routing ─┬─ */genai ──► attest-otel (:24317) ─┐
+#                                                             └─ */plain ──► Tempo, Jaeger, Loki   │
+#                  └── metrics/in ──► Prometheus                                                   │
+#   Tempo, Jaeger, Loki, Prometheus ◄── */out ◄── [otlp/graded :14317] ◄───────────────────────────┘
+#
+# Per span, not per trace, as genai-routing.yaml: a span of an agent's trace that carries none
+# of the markers goes around the sidecar (docs/genai-routing.md).
+"""
+
+
+def render_attest() -> str:
+    """genai-routing-attest.yaml: attest-otel's own connector."""
+    lines = [
+        ATTEST_HEADER,
+        *RECEIVERS,
+        "",
+        *_connector(),
+        *EXPORTERS,
+        "service:",
+        "  pipelines:",
+        *_routed_pipelines("traces"),
+        *_routed_pipelines("logs"),
+        *OUT_PIPELINES,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+OUTPUTS = {OUT: render, OUT.with_name("genai-routing-attest.yaml"): render_attest}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file is out of date")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file is out of date")
     args = parser.parse_args()
-    text = render()
-    if args.check:
-        if OUT.read_text() != text:
-            print(f"{OUT} is out of date: run tools/gen_routing.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text)
-    return 0
+    stale = 0
+    for path, make in OUTPUTS.items():
+        text = make()
+        if not args.check:
+            path.write_text(text)
+        elif path.read_text() != text:
+            print(f"{path} is out of date: run tools/gen_routing.py", file=sys.stderr)
+            stale = 1
+    return stale
 
 
 if __name__ == "__main__":

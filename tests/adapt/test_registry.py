@@ -185,6 +185,7 @@ def test_a_dialect_declared_in_one_module_is_decoded_detected_held_probed_and_hi
     routing = _routing()
     assert any('span.attributes["toy.kind"] != nil' in m for m in routing.markers())
     assert any("toy " in m for m in routing.markers())
+    assert "      - 'toy.kind'\n" in routing.render_attest()  # the connector's keys too
 
     # inspect reads it as `toy` and says how to turn its content capture on
     path = tmp_path / "toy.pb"

@@ -1,6 +1,7 @@
-"""collector-config/genai-routing.yaml: generated from the dialects' markers, and the real
-Collector routes with it exactly the spans `Markers.routes` names (GenAI candidates all) to
-the sidecar, the rest straight on, while the sidecar is down too."""
+"""collector-config/genai-routing.yaml (the filter processor) and genai-routing-attest.yaml
+(attest-otel's routing connector): generated from the dialects' markers, and the real
+Collector routes with each exactly the spans `Markers.routes` names (GenAI candidates all)
+to the sidecar, the rest straight on, while the sidecar is down too."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tests.sidecar.helpers import REPO
 from tests.sidecar.test_wire import _fixture_requests
 
 ROUTING = REPO / "collector-config" / "genai-routing.yaml"
+ROUTING_ATTEST = REPO / "collector-config" / "genai-routing-attest.yaml"
 TRACES = REPO / "tests" / "fixtures" / "traces"
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -40,8 +42,10 @@ def _generator() -> ModuleType:
     return module
 
 
-def test_the_routing_config_is_generated_from_the_candidate_markers() -> None:
-    assert ROUTING.read_text() == _generator().render(), "run tools/gen_routing.py"
+def test_the_routing_configs_are_generated_from_the_candidate_markers() -> None:
+    generator = _generator()
+    assert ROUTING.read_text() == generator.render(), "run tools/gen_routing.py"
+    assert ROUTING_ATTEST.read_text() == generator.render_attest(), "run tools/gen_routing.py"
 
 
 def _fixture_files() -> list[Path]:
@@ -91,8 +95,11 @@ def _span_ids(requests: list[bytes]) -> set[str]:
     }
 
 
-def test_the_real_collector_routes_what_the_decoders_call_genai(tmp_path: Path) -> None:
-    assert validate(ROUTING).returncode == 0
+@pytest.mark.parametrize("routing", [ROUTING, ROUTING_ATTEST], ids=lambda p: p.stem)
+def test_the_real_collector_routes_what_the_decoders_call_genai(
+    tmp_path: Path, routing: Path
+) -> None:
+    assert validate(routing).returncode == 0
     genai: list[str] = []
     plain: list[str] = []
     requests: list[bytes] = []
@@ -105,7 +112,7 @@ def test_the_real_collector_routes_what_the_decoders_call_genai(tmp_path: Path) 
     sidecar, tempo, jaeger = Downstream().start(), Downstream().start(), Downstream().start()
     sidecar.down = True  # the sidecar is down: plain spans must flow all the same
     text, mapping = localize(
-        ROUTING.read_text(),
+        routing.read_text(),
         {
             "attest-otel:24317": sidecar.endpoint,
             "tempo:4317": tempo.endpoint,
@@ -115,7 +122,7 @@ def test_the_real_collector_routes_what_the_decoders_call_genai(tmp_path: Path) 
     # The shipped backoff grows to 30 s; a test that brings the sidecar back waits 1 s at most.
     config = yaml.safe_load(text)
     config["exporters"]["otlp_grpc/attest"]["retry_on_failure"]["max_interval"] = "1s"
-    collector = Collector(tmp_path, yaml.safe_dump(config), name="genai-routing").start()
+    collector = Collector(tmp_path, yaml.safe_dump(config), name=routing.stem).start()
     try:
         with grpc.insecure_channel(mapping["0.0.0.0:4317"]) as channel:
             export = channel.unary_unary(
