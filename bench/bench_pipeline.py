@@ -76,6 +76,8 @@ PROBE_MARK = b"\xfe\xed\xfa\xce"
 only in requests whose bytes hold the mark, so counting stays the backend's only work)."""
 _extra_sidecar_config = ""
 """`--grading-nice`: what main() adds to SIDECAR_CONFIG for this run."""
+_sidecar_nice = 0
+"""`--sidecar-nice`: the whole sidecar's niceness for this run."""
 LATENCY_BATCH_TIMEOUT = "1ms"
 SIDECAR_CPU = "1"
 """With --pin: the sidecar and its grading processes on this CPU, the rest on CPU 0."""
@@ -268,6 +270,7 @@ class Rig:
                 f"127.0.0.1:{ports['graded']}",
                 config_text=SIDECAR_CONFIG + _extra_sidecar_config,
                 cpus=SIDECAR_CPU if pin else None,
+                nice=_sidecar_nice,
             )
         config = tmp / f"otelcol-{kind}.yaml"
         config.write_text(
@@ -456,9 +459,17 @@ def main() -> None:
         metavar="N",
         help="the sidecar's grading.nice (default: the shipped default)",
     )
+    parser.add_argument(
+        "--sidecar-nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start the whole sidecar (receiving and grading processes) at this niceness",
+    )
     parser.add_argument("--backend", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    global _extra_sidecar_config
+    global _extra_sidecar_config, _sidecar_nice
+    _sidecar_nice = args.sidecar_nice
     if args.grading_nice is not None:
         _extra_sidecar_config = f"grading: {{nice: {args.grading_nice}}}\n"
     if args.backend:

@@ -280,6 +280,7 @@ class SidecarRun:
         extra: list[str] | None = None,
         config_text: str = "",
         cpus: str | None = None,
+        nice: int = 0,
     ) -> None:
         self.grpc_port = free_port()
         self.http_port = free_port()
@@ -290,6 +291,7 @@ class SidecarRun:
         self.proc = subprocess.Popen(
             [
                 *(["taskset", "-c", cpus] if cpus else []),  # its grading processes inherit
+                *(["nice", "-n", str(nice)] if nice else []),  # and its priority
                 sys.executable,
                 "-m",
                 "attest_otel.cli",

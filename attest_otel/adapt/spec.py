@@ -123,14 +123,24 @@ class Markers:
         """Whether the Collector's GenAI-only routing sends this span to the sidecar: the
         candidate test with exact routing keys in place of the key prefixes, so a subset of
         the candidates (tests/peers/test_genai_routing.py checks the real Collector agrees)."""
-        low = scope_name.lower()
         return (
             name.startswith(self.name_prefixes)
             or name.endswith(self.name_suffixes)
-            or low in (s.lower() for s in self.scopes)
-            or any(m in low for m in self.scope_markers)
+            or self._routes_scope(scope_name)
             or not set(self.routing_keys).isdisjoint(keys)
         )
+
+    def routes_record(self, event_name: str, keys: Iterable[str], scope_name: str = "") -> bool:
+        """The same for a log record: its scope, its event name, its routing keys."""
+        return (
+            event_name.startswith(self.event_prefixes)
+            or self._routes_scope(scope_name)
+            or not set(self.routing_keys).isdisjoint(keys)
+        )
+
+    def _routes_scope(self, scope_name: str) -> bool:
+        low = scope_name.lower()
+        return low in (s.lower() for s in self.scopes) or any(m in low for m in self.scope_markers)
 
 
 def _unique(items: Iterable[_T]) -> tuple[_T, ...]:

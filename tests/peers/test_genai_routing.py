@@ -6,6 +6,7 @@ to the sidecar, the rest straight on, while the sidecar is down too."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import time
 from pathlib import Path
@@ -14,7 +15,9 @@ from types import ModuleType
 import grpc
 import pytest
 import yaml
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from attest_otel.adapt import runs_from_spans
 from attest_otel.adapt.registry import markers
@@ -22,6 +25,8 @@ from attest_otel.adapt.spec import DialectSpec
 from attest_otel.grade.grader import grade
 from attest_otel.ingest.decode import decode_file, is_skeleton
 from attest_otel.model import Span
+from attest_otel.sidecar.json_in import otlp_json_to_protobuf
+from tests.peers.otlp_http_sink import OtlpHttpSink
 from tests.peers.servers import Collector, localize, validate
 from tests.sidecar.downstream import Downstream
 from tests.sidecar.helpers import REPO
@@ -31,6 +36,7 @@ ROUTING = REPO / "collector-config" / "genai-routing.yaml"
 ROUTING_ATTEST = REPO / "collector-config" / "genai-routing-attest.yaml"
 TRACES = REPO / "tests" / "fixtures" / "traces"
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+LOGS_EXPORT = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 
 
 def _generator() -> ModuleType:
@@ -142,3 +148,100 @@ def test_the_real_collector_routes_what_the_decoders_call_genai(
         collector.stop()
         for server in (sidecar, tempo, jaeger):
             server.stop()
+
+
+def _log_requests() -> list[bytes]:
+    """Every fixture's log records, as the apps' SDKs sent them."""
+    out = []
+    for path in _fixture_files():
+        text = path.read_text()
+        try:
+            docs = [json.loads(text)]
+        except json.JSONDecodeError:
+            docs = [json.loads(line) for line in text.splitlines() if line.strip()]
+        out += [
+            otlp_json_to_protobuf(json.dumps(d).encode(), "logs")
+            for d in docs
+            if "resourceLogs" in d
+        ]
+    return [*out, _app_logs()]
+
+
+def _app_logs() -> bytes:
+    """The recorded stacks log only GenAI content; an app logs its own lines too, in scopes
+    of their own and beside GenAI records in one scope."""
+    req = ExportLogsServiceRequest()
+    rl = req.resource_logs.add()
+    rl.resource.attributes.add(key="service.name").value.string_value = "billing-app"
+    plain = rl.scope_logs.add()
+    plain.scope.name = "billing.http"
+    for i in range(3):
+        plain.log_records.add(time_unix_nano=1 + i).body.string_value = f"GET /orders/{i} 200"
+    mixed = rl.scope_logs.add()
+    mixed.scope.name = "billing.worker"
+    mixed.log_records.add(time_unix_nano=10, event_name="gen_ai.user.message")
+    mixed.log_records.add(time_unix_nano=11).body.string_value = "retrying payment"
+    keyed = mixed.log_records.add(time_unix_nano=12)
+    keyed.attributes.add(key="gen_ai.operation.name").value.string_value = "execute_tool"
+    return req.SerializeToString()
+
+
+def _key(record: LogRecord) -> str:
+    """A log record as bytes, so equal records stay apart by count; an empty body as none
+    (the Collector writes an empty body where the SDK wrote none)."""
+    if record.body.ByteSize() == 0:
+        record = LogRecord.FromString(record.SerializeToString())
+        record.ClearField("body")
+    return record.SerializeToString().hex()
+
+
+def _records(requests: list[bytes]) -> list[str]:
+    return [
+        _key(r)
+        for body in requests
+        for rl in ExportLogsServiceRequest.FromString(body).resource_logs
+        for sl in rl.scope_logs
+        for r in sl.log_records
+    ]
+
+
+@pytest.mark.parametrize("routing", [ROUTING, ROUTING_ATTEST], ids=lambda p: p.stem)
+def test_the_real_collector_routes_the_genai_log_records_to_the_sidecar(
+    tmp_path: Path, routing: Path
+) -> None:
+    requests = _log_requests()
+    expected: dict[bool, list[str]] = {True: [], False: []}
+    for body in requests:
+        for rl in ExportLogsServiceRequest.FromString(body).resource_logs:
+            for sl in rl.scope_logs:
+                for r in sl.log_records:
+                    keys = {a.key for a in r.attributes}
+                    genai = markers().routes_record(r.event_name, keys, sl.scope.name)
+                    expected[genai].append(_key(r))
+    assert len(expected[True]) > 50 and len(expected[False]) == 4
+    sidecar, loki = Downstream().start(), OtlpHttpSink().start()
+    text, mapping = localize(
+        routing.read_text(),
+        {"attest-otel:24317": sidecar.endpoint},
+        http_default=loki.host_port,
+    )
+    collector = Collector(tmp_path, text, name=routing.stem).start()
+    try:
+        with grpc.insecure_channel(mapping["0.0.0.0:4317"]) as channel:
+            export = channel.unary_unary(
+                LOGS_EXPORT, request_serializer=None, response_deserializer=None
+            )
+            for body in requests:
+                export(body, timeout=10)
+        total = len(expected[True])
+        assert sidecar.wait_for(lambda d: len(_records(d.requests["logs"])) >= total, 30), (
+            collector.log()
+        )
+        assert loki.wait_for(lambda got: len(got) >= len(expected[False]), 30), collector.log()
+        time.sleep(0.5)
+        assert sorted(_records(sidecar.requests["logs"])) == sorted(expected[True])
+        assert sorted(_key(r) for r in loki.records()) == sorted(expected[False])
+    finally:
+        collector.stop()
+        sidecar.stop()
+        loki.stop()
