@@ -91,6 +91,14 @@ def test_grading_only_the_spans_routed_to_the_sidecar_gives_the_same_grades() ->
     assert runs >= 300
 
 
+def _send(endpoint: str, method: str, requests: list[bytes]) -> None:
+    """Each request to the Collector's OTLP/gRPC receiver, as an app's SDK sends it."""
+    with grpc.insecure_channel(endpoint) as channel:
+        export = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        for body in requests:
+            export(body, timeout=10)
+
+
 def _span_ids(requests: list[bytes]) -> set[str]:
     return {
         s.span_id.hex()
@@ -130,12 +138,7 @@ def test_the_real_collector_routes_what_the_decoders_call_genai(
     config["exporters"]["otlp_grpc/attest"]["retry_on_failure"]["max_interval"] = "1s"
     collector = Collector(tmp_path, yaml.safe_dump(config), name=routing.stem).start()
     try:
-        with grpc.insecure_channel(mapping["0.0.0.0:4317"]) as channel:
-            export = channel.unary_unary(
-                EXPORT, request_serializer=None, response_deserializer=None
-            )
-            for body in requests:
-                export(body, timeout=10)
+        _send(mapping["0.0.0.0:4317"], EXPORT, requests)
         assert tempo.wait_for(lambda d: len(d.span_ids()) >= len(plain), 30), collector.log()
         time.sleep(0.5)
         assert sorted(tempo.span_ids()) == sorted(plain)
@@ -227,12 +230,7 @@ def test_the_real_collector_routes_the_genai_log_records_to_the_sidecar(
     )
     collector = Collector(tmp_path, text, name=routing.stem).start()
     try:
-        with grpc.insecure_channel(mapping["0.0.0.0:4317"]) as channel:
-            export = channel.unary_unary(
-                LOGS_EXPORT, request_serializer=None, response_deserializer=None
-            )
-            for body in requests:
-                export(body, timeout=10)
+        _send(mapping["0.0.0.0:4317"], LOGS_EXPORT, requests)
         total = len(expected[True])
         assert sidecar.wait_for(lambda d: len(_records(d.requests["logs"])) >= total, 30), (
             collector.log()
