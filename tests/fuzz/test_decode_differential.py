@@ -161,7 +161,8 @@ def merged(req: ExportTraceServiceRequest, extras: list[bytes]) -> bytes:
 @st.composite
 def span_extras(draw: st.DrawFn) -> bytes:
     """More of a span, to merge into it: a new name or status, an attribute whose value is
-    given twice (merged by protobuf: a oneof switched, two arrays joined), an event."""
+    given twice (merged by protobuf: a oneof switched, two arrays joined), one whose value or
+    key is given twice within one encoding, an event."""
     out = b""
     if draw(st.booleans()):
         out += Span(name=draw(st.text(max_size=6))).SerializeToString()
@@ -172,6 +173,18 @@ def span_extras(draw: st.DrawFn) -> bytes:
         first = KeyValue(key=key, value=draw(any_values)).SerializeToString()
         second = KeyValue(value=draw(any_values)).SerializeToString()
         out += ld(9, first + second)
+    if draw(st.booleans()):
+        # One occurrence each, a field given twice inside: a string value followed by
+        # another member of the oneof (the last wins), and the key given again after the
+        # value. The decoder reads a key-then-value KeyValue and a lone string straight;
+        # these must not look like one.
+        key = draw(st.sampled_from(("gen_ai.prompt", "k")))
+        text = AnyValue(string_value=draw(st.text(max_size=4))).SerializeToString()
+        value = text + draw(any_values).SerializeToString()
+        kv = KeyValue(key=key).SerializeToString() + ld(2, value)
+        if draw(st.booleans()):
+            kv += KeyValue(key=draw(st.sampled_from(("k2", key)))).SerializeToString()
+        out += ld(9, kv)
     if draw(st.booleans()):
         out += Span(events=[Span.Event(name="e", time_unix_nano=1)]).SerializeToString()
     return out
