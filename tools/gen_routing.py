@@ -159,7 +159,7 @@ def _pipelines(signal: str, backends: str) -> list[str]:
     ]
 
 
-RECEIVERS = [
+RECEIVERS_AND_PROCESSORS = [
     "receivers:",
     "  otlp:",
     "    protocols:",
@@ -248,7 +248,7 @@ def render() -> str:
     """genai-routing.yaml: the filter processor, three pipelines per signal."""
     lines = [
         HEADER,
-        *RECEIVERS,
+        *RECEIVERS_AND_PROCESSORS,
         *_filters("traces", markers()),
         *_filters("logs", log_markers()),
         "",
@@ -325,7 +325,7 @@ def render_attest() -> str:
     """genai-routing-attest.yaml: attest-otel's own connector."""
     lines = [
         ATTEST_HEADER,
-        *RECEIVERS,
+        *RECEIVERS_AND_PROCESSORS,
         "",
         *_connector(),
         *EXPORTERS,
