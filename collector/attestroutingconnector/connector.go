@@ -26,9 +26,31 @@ func NewFactory() connector.Factory {
 	)
 }
 
-// sides finds, among the pipelines this connector feeds for one signal, the GenAI ones and
+// router is what the Collector hands a connector that feeds several pipelines of one
+// signal (connector.TracesRouterAndConsumer, connector.LogsRouterAndConsumer).
+type router[C any] interface {
+	PipelineIDs() []pipeline.ID
+	Consumer(...pipeline.ID) (C, error)
+}
+
+// base is the part of a traces or logs connector that does not depend on the signal: the
+// two sides it feeds and the markers.
+type base[C any] struct {
+	component.StartFunc
+	component.ShutdownFunc
+	markers      *markers
+	genai, plain C
+}
+
+// newBase finds, among the pipelines the connector feeds for one signal, the GenAI ones and
 // the plain ones; a pipeline it feeds that the config does not name is a mistake.
-func sides[T any](cfg *Config, signal pipeline.Signal, feeds []pipeline.ID, consumerOf func(...pipeline.ID) (T, error)) (genai, plain T, err error) {
+func newBase[C any](cfg component.Config, next any, signal pipeline.Signal) (base[C], error) {
+	var b base[C]
+	r, ok := next.(router[C])
+	if !ok {
+		return b, errors.New(typeStr + ": expected a router to several pipelines")
+	}
+	c := cfg.(*Config)
 	pick := func(ids []pipeline.ID) []pipeline.ID {
 		var out []pipeline.ID
 		for _, id := range ids {
@@ -38,91 +60,74 @@ func sides[T any](cfg *Config, signal pipeline.Signal, feeds []pipeline.ID, cons
 		}
 		return out
 	}
-	g, p := pick(cfg.GenAI), pick(cfg.Plain)
-	for _, id := range feeds {
+	g, p := pick(c.GenAI), pick(c.Plain)
+	for _, id := range r.PipelineIDs() {
 		if !slices.Contains(g, id) && !slices.Contains(p, id) {
-			return genai, plain, fmt.Errorf("%s reads from %s but is named in neither genai nor plain", id, typeStr)
+			return b, fmt.Errorf("%s reads from %s but is named in neither genai nor plain", id, typeStr)
 		}
 	}
 	if len(g) == 0 || len(p) == 0 {
-		return genai, plain, fmt.Errorf("%s: name a genai and a plain %s pipeline", typeStr, signal)
+		return b, fmt.Errorf("%s: name a genai and a plain %s pipeline", typeStr, signal)
 	}
-	if genai, err = consumerOf(g...); err != nil {
-		return genai, plain, err
+	var err error
+	if b.genai, err = r.Consumer(g...); err != nil {
+		return b, err
 	}
-	plain, err = consumerOf(p...)
-	return genai, plain, err
+	if b.plain, err = r.Consumer(p...); err != nil {
+		return b, err
+	}
+	b.markers = newMarkers(c)
+	return b, nil
 }
 
-type base struct {
-	component.StartFunc
-	component.ShutdownFunc
-	markers *markers
-}
-
-// Capabilities: the spans are moved out of what the connector is given.
-func (base) Capabilities() consumer.Capabilities {
+// Capabilities: the items are moved out of what the connector is given.
+func (base[C]) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: true}
 }
 
-type tracesRouter struct {
-	base
-	genai, plain consumer.Traces
-}
-
-func createTraces(_ context.Context, _ connector.Settings, cfg component.Config, next consumer.Traces) (connector.Traces, error) {
-	router, ok := next.(connector.TracesRouterAndConsumer)
-	if !ok {
-		return nil, errors.New(typeStr + ": expected a router to several pipelines")
-	}
-	c := cfg.(*Config)
-	genai, plain, err := sides(c, pipeline.SignalTraces, router.PipelineIDs(), router.Consumer)
-	if err != nil {
-		return nil, err
-	}
-	return &tracesRouter{base: base{markers: newMarkers(c)}, genai: genai, plain: plain}, nil
-}
-
-// ConsumeTraces hands each side its part; the plain side first, so that what does not
-// concern the grader is on its way whatever the GenAI side answers.
-func (r *tracesRouter) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
-	genai, plain := r.markers.splitTraces(td)
+// deliver hands each side its part, if it has one; the plain side first, so that what does
+// not concern the grader is on its way whatever the GenAI side answers.
+func deliver(plain, genai int, toPlain, toGenAI func() error) error {
 	var errs []error
-	if plain.ResourceSpans().Len() > 0 {
-		errs = append(errs, r.plain.ConsumeTraces(ctx, plain))
+	if plain > 0 {
+		errs = append(errs, toPlain())
 	}
-	if genai.ResourceSpans().Len() > 0 {
-		errs = append(errs, r.genai.ConsumeTraces(ctx, genai))
+	if genai > 0 {
+		errs = append(errs, toGenAI())
 	}
 	return errors.Join(errs...)
 }
 
-type logsRouter struct {
-	base
-	genai, plain consumer.Logs
-}
+type tracesRouter struct{ base[consumer.Traces] }
 
-func createLogs(_ context.Context, _ connector.Settings, cfg component.Config, next consumer.Logs) (connector.Logs, error) {
-	router, ok := next.(connector.LogsRouterAndConsumer)
-	if !ok {
-		return nil, errors.New(typeStr + ": expected a router to several pipelines")
-	}
-	c := cfg.(*Config)
-	genai, plain, err := sides(c, pipeline.SignalLogs, router.PipelineIDs(), router.Consumer)
+func createTraces(_ context.Context, _ connector.Settings, cfg component.Config, next consumer.Traces) (connector.Traces, error) {
+	b, err := newBase[consumer.Traces](cfg, next, pipeline.SignalTraces)
 	if err != nil {
 		return nil, err
 	}
-	return &logsRouter{base: base{markers: newMarkers(c)}, genai: genai, plain: plain}, nil
+	return &tracesRouter{b}, nil
+}
+
+func (r *tracesRouter) ConsumeTraces(ctx context.Context, td ptrace.Traces) error {
+	genai, plain := r.markers.splitTraces(td)
+	return deliver(plain.ResourceSpans().Len(), genai.ResourceSpans().Len(),
+		func() error { return r.plain.ConsumeTraces(ctx, plain) },
+		func() error { return r.genai.ConsumeTraces(ctx, genai) })
+}
+
+type logsRouter struct{ base[consumer.Logs] }
+
+func createLogs(_ context.Context, _ connector.Settings, cfg component.Config, next consumer.Logs) (connector.Logs, error) {
+	b, err := newBase[consumer.Logs](cfg, next, pipeline.SignalLogs)
+	if err != nil {
+		return nil, err
+	}
+	return &logsRouter{b}, nil
 }
 
 func (r *logsRouter) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
 	genai, plain := r.markers.splitLogs(ld)
-	var errs []error
-	if plain.ResourceLogs().Len() > 0 {
-		errs = append(errs, r.plain.ConsumeLogs(ctx, plain))
-	}
-	if genai.ResourceLogs().Len() > 0 {
-		errs = append(errs, r.genai.ConsumeLogs(ctx, genai))
-	}
-	return errors.Join(errs...)
+	return deliver(plain.ResourceLogs().Len(), genai.ResourceLogs().Len(),
+		func() error { return r.plain.ConsumeLogs(ctx, plain) },
+		func() error { return r.genai.ConsumeLogs(ctx, genai) })
 }
